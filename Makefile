@@ -1,0 +1,25 @@
+# The two commands of the README's quick start: `make report` (the main job) and `make test`.
+# Both create .venv with the pinned dependencies on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+.PHONY: install report test typecheck bench
+install: $(BIN)/.installed
+
+report: $(BIN)/.installed
+	$(BIN)/gpufleet compare --out reports/default
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest
+
+typecheck: $(BIN)/.installed
+	$(BIN)/mypy
+
+bench: $(BIN)/.installed
+	$(BIN)/python bench/throughput.py

@@ -1,0 +1,1 @@
+"""gpufleet core."""

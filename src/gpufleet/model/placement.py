@@ -1,0 +1,27 @@
+"""Where a pod runs: node, concrete GPU devices and the resources it holds there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufleet.model.node import NodeName
+from gpufleet.model.pod import PodUid
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A bind decision, or a running pod's holding.
+
+    `gpus` are device indices on the node; each holds `milli` GPU-milli (1000 for whole
+    GPUs) and `gpu_mem_mib` of GPU memory (whole GPUs hold all of it). `mig_slices` are
+    indices into the node's carved MIG instances, in the order `Gpu.mig_slices` lists them.
+    """
+
+    pod: PodUid
+    node: NodeName
+    cpu_milli: int = 0
+    mem_mib: int = 0
+    gpus: tuple[int, ...] = ()
+    milli: int = 0
+    gpu_mem_mib: int = 0
+    mig_slices: tuple[int, ...] = ()

@@ -1,0 +1,102 @@
+"""`ClusterSnapshot`: the immutable input of a scheduling cycle.
+
+A snapshot is a static `Cluster`, a `Usage` built from the pods already running, and the
+known pod groups. Drivers never mutate one; they derive the next with `apply()`, which
+copies the usage arrays (cheap) and applies binds and releases. The core copies `usage`
+before tentative placements, so a snapshot can be scheduled many times with the same result.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Iterable, Mapping, Sequence
+
+from gpufleet.model.cluster import Cluster, Usage
+from gpufleet.model.errors import ModelError
+from gpufleet.model.node import NodeInfo, NodeName
+from gpufleet.model.placement import Placement
+from gpufleet.model.pod import GPU_MILLI, PodGroup, PodUid
+
+
+class ClusterSnapshot:
+    """Nodes, what runs on them, and the gangs pods belong to."""
+
+    __slots__ = ("cluster", "usage", "placements", "pod_groups")
+
+    def __init__(self, cluster: Cluster, usage: Usage, placements: Mapping[PodUid, Placement],
+                 pod_groups: Mapping[str, PodGroup]) -> None:
+        self.cluster = cluster
+        self.usage = usage
+        self.placements = placements
+        self.pod_groups = pod_groups
+
+    @classmethod
+    def build(cls, nodes: Sequence[NodeInfo], running: Iterable[Placement] = (),
+              pod_groups: Iterable[PodGroup] = ()) -> ClusterSnapshot:
+        """Build from plain lists. Running placements that overcommit a node are an error."""
+        cluster = Cluster(nodes)
+        usage = Usage(cluster)
+        placements: dict[PodUid, Placement] = {}
+        for p in running:
+            i = _check_placement(cluster, usage, p, placements)
+            usage.place(p, i)
+            problem = usage.overcommitted(i)
+            if problem:
+                raise ModelError(f"running pod {p.pod} on node {p.node}", f"overcommits {problem}")
+            placements[p.pod] = p
+        groups = {g.key: g for g in pod_groups}
+        return cls(cluster, usage, MappingProxyType(placements), MappingProxyType(groups))
+
+    def apply(self, binds: Iterable[Placement] = (), releases: Iterable[PodUid] = ()) -> ClusterSnapshot:
+        """A new snapshot with `releases` removed and `binds` added (binds are trusted core output)."""
+        usage = self.usage.copy()
+        placements = dict(self.placements)
+        for uid in releases:
+            p = placements.pop(uid, None)
+            if p is None:
+                raise ModelError(f"release of pod {uid}", "pod is not running in this snapshot")
+            usage.place(p, self.cluster.index[p.node], sign=-1)
+        for p in binds:
+            if p.pod in placements:
+                raise ModelError(f"bind of pod {p.pod}", f"pod already runs on {placements[p.pod].node}")
+            usage.place(p, self.cluster.index[p.node])
+            placements[p.pod] = p
+        return ClusterSnapshot(self.cluster, usage, MappingProxyType(placements), self.pod_groups)
+
+    def with_gpu_health(self, node: NodeName, gpu: int, healthy: bool) -> ClusterSnapshot:
+        usage = self.usage.copy()
+        usage.set_health(self.cluster.index[node], gpu, healthy)
+        return ClusterSnapshot(self.cluster, usage, self.placements, self.pod_groups)
+
+    def with_pod_groups(self, groups: Iterable[PodGroup]) -> ClusterSnapshot:
+        merged = dict(self.pod_groups)
+        merged.update({g.key: g for g in groups})
+        return ClusterSnapshot(self.cluster, self.usage, self.placements, MappingProxyType(merged))
+
+    # -- KPIs every driver reports the same way ------------------------------------------
+    def gpu_capacity_milli(self) -> int:
+        return int(self.cluster.gpu_count.sum()) * GPU_MILLI
+
+    def gpu_allocated_milli(self) -> int:
+        return int(self.usage.gpu_used_milli.sum())
+
+
+def _check_placement(cluster: Cluster, usage: Usage, p: Placement,
+                     seen: Mapping[PodUid, Placement]) -> int:
+    where = f"running pod {p.pod}"
+    if p.pod in seen:
+        raise ModelError(where, "listed twice")
+    i = cluster.index.get(p.node)
+    if i is None:
+        raise ModelError(where, f"runs on unknown node {p.node!r}")
+    n_gpus = int(cluster.gpu_count[i])
+    for j in p.gpus:
+        if not 0 <= j < n_gpus:
+            raise ModelError(where, f"GPU index {j} does not exist on node {p.node} ({n_gpus} GPUs)")
+    n_slices = int(cluster.slice_end[i] - cluster.slice_start[i])
+    for s in p.mig_slices:
+        if not 0 <= s < n_slices:
+            raise ModelError(where, f"MIG slice {s} does not exist on node {p.node}")
+        if usage.slice_used[int(cluster.slice_start[i]) + s]:
+            raise ModelError(where, f"MIG slice {s} on node {p.node} is already in use")
+    return i
