@@ -1,0 +1,57 @@
+"""`gpufleet` command line: a thin edge that parses arguments and calls the library.
+
+Each subcommand lives in its own module exposing `add_parser(subparsers)`; the module list
+below is the one place commands are registered (no import-time side effects).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from gpufleet.model import ModelError
+
+COMMAND_MODULES = (
+    "gpufleet.cli.simulate_cmd",
+    "gpufleet.cli.agent_cmd",
+)
+
+
+class UsageError(Exception):
+    """A user mistake the CLI reports in one line, without a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpufleet", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue  # not built yet
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        code: int = args.func(args)
+        return code
+    except (ModelError, UsageError, FileNotFoundError) as exc:
+        print(f"gpufleet {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

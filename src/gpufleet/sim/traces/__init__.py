@@ -1,0 +1,1 @@
+"""Readers for public cluster traces and the YAML scenario format."""
