@@ -1,1 +1,1 @@
-"""gpufleet core."""
+"""The scheduling cycle: ordering, placement, gangs, explanations."""

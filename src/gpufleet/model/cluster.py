@@ -79,30 +79,54 @@ class Cluster:
         self.names: tuple[NodeName, ...] = tuple(names)
 
 
+GPU_CLASSES = 6
+"""Pod classes by GPU shape, counted per node for GPU-clustering policies:
+0 = fraction of one GPU, 1/2/3/4 = 1/2/4/8 whole GPUs, 5 = any other whole-GPU count."""
+
+
+def gpu_class(p: Placement) -> int:
+    """The GPU class of a placement (see GPU_CLASSES); -1 for pods without GPUs or with MIG."""
+    if not p.gpus:
+        return -1
+    if p.milli < GPU_MILLI:
+        return 0
+    return {1: 1, 2: 2, 4: 3, 8: 4}.get(len(p.gpus), 5)
+
+
 class Usage:
     """Mutable usage arrays plus the per-node aggregates filters read. `copy()` is cheap."""
 
-    __slots__ = ("cluster", "used_cpu", "used_mem", "used_pods", "gpu_used_milli", "gpu_used_mem",
+    __slots__ = ("cluster", "free_cpu", "free_mem", "free_pods", "gpu_used_milli", "gpu_used_mem",
                  "gpu_healthy", "slice_used", "free_whole", "max_free_milli", "max_free_gmem",
-                 "free_slices", "version")
+                 "free_milli_total", "max_free_domain", "max_free_numa", "free_slices", "class_pods",
+                 "version")
 
     def __init__(self, cluster: Cluster) -> None:
         c = cluster
+        n = c.n_nodes
         self.cluster = c
-        self.used_cpu: I64 = np.zeros(c.n_nodes, dtype=np.int64)
-        self.used_mem: I64 = np.zeros(c.n_nodes, dtype=np.int64)
-        self.used_pods: I64 = np.zeros(c.n_nodes, dtype=np.int64)
-        self.gpu_used_milli: I64 = np.zeros((c.n_nodes, c.max_gpus), dtype=np.int64)
-        self.gpu_used_mem: I64 = np.zeros((c.n_nodes, c.max_gpus), dtype=np.int64)
+        self.free_cpu: I64 = c.cap_cpu.copy()
+        self.free_mem: I64 = c.cap_mem.copy()
+        self.free_pods: I64 = c.cap_pods.copy()
+        self.gpu_used_milli: I64 = np.zeros((n, c.max_gpus), dtype=np.int64)
+        self.gpu_used_mem: I64 = np.zeros((n, c.max_gpus), dtype=np.int64)
         self.gpu_healthy: Bool = c.gpu_healthy0.copy()
         self.slice_used: Bool = np.zeros(len(c.slice_gpu), dtype=np.bool_)
-        self.free_whole: I64 = np.zeros(c.n_nodes, dtype=np.int64)
-        self.max_free_milli: I64 = np.zeros(c.n_nodes, dtype=np.int64)
-        self.max_free_gmem: I64 = np.zeros(c.n_nodes, dtype=np.int64)
-        self.free_slices: I64 = np.zeros((c.n_nodes, max(1, len(c.mig_profiles))), dtype=np.int64)
-        self.version: I64 = np.zeros(c.n_nodes, dtype=np.int64)
+        self.free_whole: I64 = np.zeros(n, dtype=np.int64)
+        """Healthy, non-MIG GPUs with nothing on them."""
+        self.max_free_milli: I64 = np.zeros(n, dtype=np.int64)
+        """Largest free share on one healthy non-MIG GPU."""
+        self.max_free_gmem: I64 = np.zeros(n, dtype=np.int64)
+        self.free_milli_total: I64 = np.zeros(n, dtype=np.int64)
+        self.max_free_domain: I64 = np.zeros(n, dtype=np.int64)
+        """Most free whole GPUs inside one NVLink domain (GPUs without a domain count alone)."""
+        self.max_free_numa: I64 = np.zeros(n, dtype=np.int64)
+        self.free_slices: I64 = np.zeros((n, max(1, len(c.mig_profiles))), dtype=np.int64)
+        self.class_pods: I64 = np.zeros((n, GPU_CLASSES), dtype=np.int64)
+        self.version: I64 = np.zeros(n, dtype=np.int64)
         """Bumped whenever a node's usage changes; caches key on it."""
-        self.refresh_all()
+        for i in range(n):
+            self.refresh_row(i)
 
     def copy(self) -> Usage:
         new = object.__new__(Usage)
@@ -111,53 +135,49 @@ class Usage:
             setattr(new, name, getattr(self, name).copy())
         return new
 
-    # -- derived views ------------------------------------------------------------------
-    @property
-    def free_cpu(self) -> I64:
-        return self.cluster.cap_cpu - self.used_cpu
-
-    @property
-    def free_mem(self) -> I64:
-        return self.cluster.cap_mem - self.used_mem
-
     def usable(self) -> Bool:
         """Devices that can take whole-GPU or fractional work (present, not MIG, healthy)."""
         return self.cluster.gpu_whole_ok & self.gpu_healthy
 
-    def refresh_all(self) -> None:
+    def gpu_free_milli(self, i: int) -> list[int]:
+        """Free GPU-milli per device of node i; unusable devices count as 0 free."""
         c = self.cluster
-        ok = self.usable()
-        free_milli = np.where(ok, GPU_MILLI - self.gpu_used_milli, 0)
-        free_gmem = np.where(ok, c.gpu_mem - self.gpu_used_mem, 0)
-        self.free_whole[:] = (ok & (self.gpu_used_milli == 0) & (self.gpu_used_mem == 0)).sum(axis=1)
-        self.max_free_milli[:] = free_milli.max(axis=1)
-        self.max_free_gmem[:] = free_gmem.max(axis=1)
-        self.free_slices[:] = 0
-        if len(c.slice_gpu):
-            nodes = np.repeat(np.arange(c.n_nodes), c.slice_end - c.slice_start)
-            healthy = self.gpu_healthy[nodes, c.slice_gpu]
-            free = ~self.slice_used & healthy
-            np.add.at(self.free_slices, (nodes[free], c.slice_prof[free]), 1)
+        n = int(c.gpu_count[i])
+        ok = (c.gpu_whole_ok[i] & self.gpu_healthy[i]).tolist()
+        used = self.gpu_used_milli[i].tolist()
+        return [GPU_MILLI - used[j] if ok[j] else 0 for j in range(n)]
 
     def refresh_row(self, i: int) -> None:
         """Recompute node i's aggregates after its usage changed (O(GPUs on the node))."""
         c = self.cluster
-        ok = c.gpu_whole_ok[i] & self.gpu_healthy[i]
-        used = self.gpu_used_milli[i]
-        gmem = self.gpu_used_mem[i]
-        whole = 0
-        best_milli = 0
-        best_mem = 0
-        for j in np.flatnonzero(ok).tolist():
-            u = int(used[j])
-            m = int(gmem[j])
-            if u == 0 and m == 0:
+        n = int(c.gpu_count[i])
+        ok = (c.gpu_whole_ok[i] & self.gpu_healthy[i]).tolist()
+        used = self.gpu_used_milli[i].tolist()
+        gmem = self.gpu_used_mem[i].tolist()
+        cap_mem = c.gpu_mem[i].tolist()
+        domain = c.nvlink[i].tolist()
+        numa = c.numa[i].tolist()
+        whole = best_milli = best_mem = total = 0
+        per_domain: dict[int, int] = {}
+        per_numa: dict[int, int] = {}
+        for j in range(n):
+            if not ok[j]:
+                continue
+            free = GPU_MILLI - used[j]
+            total += free
+            if free == GPU_MILLI and gmem[j] == 0:
                 whole += 1
-            best_milli = max(best_milli, GPU_MILLI - u)
-            best_mem = max(best_mem, int(c.gpu_mem[i, j]) - m)
+                d = domain[j] if domain[j] >= 0 else -1 - j
+                per_domain[d] = per_domain.get(d, 0) + 1
+                per_numa[numa[j]] = per_numa.get(numa[j], 0) + 1
+            best_milli = max(best_milli, free)
+            best_mem = max(best_mem, cap_mem[j] - gmem[j])
         self.free_whole[i] = whole
         self.max_free_milli[i] = best_milli
         self.max_free_gmem[i] = best_mem
+        self.free_milli_total[i] = total
+        self.max_free_domain[i] = max(per_domain.values(), default=0)
+        self.max_free_numa[i] = max(per_numa.values(), default=0)
         start, end = int(c.slice_start[i]), int(c.slice_end[i])
         if end > start:
             row = self.free_slices[i]
@@ -170,15 +190,18 @@ class Usage:
     # -- mutation -------------------------------------------------------------------------
     def place(self, p: Placement, i: int, sign: int = 1) -> None:
         """Add (sign=1) or remove (sign=-1) a placement's holdings on node index i."""
-        self.used_cpu[i] += sign * p.cpu_milli
-        self.used_mem[i] += sign * p.mem_mib
-        self.used_pods[i] += sign
+        self.free_cpu[i] -= sign * p.cpu_milli
+        self.free_mem[i] -= sign * p.mem_mib
+        self.free_pods[i] -= sign
         for j in p.gpus:
             self.gpu_used_milli[i, j] += sign * p.milli
             self.gpu_used_mem[i, j] += sign * p.gpu_mem_mib
         start = int(self.cluster.slice_start[i])
         for s in p.mig_slices:
             self.slice_used[start + s] = sign > 0
+        k = gpu_class(p)
+        if k >= 0:
+            self.class_pods[i, k] += sign
         self.refresh_row(i)
 
     def set_health(self, i: int, gpu: int, healthy: bool) -> None:
@@ -188,14 +211,16 @@ class Usage:
     def overcommitted(self, i: int) -> str | None:
         """Why node i is overcommitted, or None. Used to validate snapshots and in tests."""
         c = self.cluster
-        if self.used_cpu[i] > c.cap_cpu[i]:
+        if self.free_cpu[i] < 0:
             return "cpu"
-        if self.used_mem[i] > c.cap_mem[i]:
+        if self.free_mem[i] < 0:
             return "memory"
-        if self.used_pods[i] > c.cap_pods[i]:
+        if self.free_pods[i] < 0:
             return "pods"
         if (self.gpu_used_milli[i] > GPU_MILLI).any():
             return "GPU milli"
         if (self.gpu_used_mem[i] > c.gpu_mem[i]).any():
             return "GPU memory"
+        if (self.gpu_used_milli[i] < 0).any():
+            return "negative GPU use"
         return None

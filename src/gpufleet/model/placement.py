@@ -25,3 +25,5 @@ class Placement:
     milli: int = 0
     gpu_mem_mib: int = 0
     mig_slices: tuple[int, ...] = ()
+    pod_group: str | None = None
+    """The gang this pod belongs to, so running members count towards minMember."""

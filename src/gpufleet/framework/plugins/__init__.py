@@ -1,1 +1,1 @@
-"""gpufleet framework/plugins."""
+"""In-tree plugins, one module per policy. `framework.registry` lists them."""

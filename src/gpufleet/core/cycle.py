@@ -1,0 +1,183 @@
+"""`schedule()`: one scheduling cycle as a pure function of a snapshot.
+
+Steps, per unit of work (a pod, or a gang) in `ordering` order:
+1. reuse: a pod whose constraints equal those of a pod that already failed this cycle
+   fails the same way, unless capacity was given back since (a gang rolled back);
+2. filter all nodes at once (NumPy masks), then score the feasible ones and take the
+   highest weighted score, ties to the lowest node name;
+3. choose devices inside the node (the profile's device picker) and place the pod on the
+   cycle's private copy of usage, updating only that node's aggregates;
+4. gangs: members are placed tentatively; if fewer than minMember (counting members
+   already running) fit, every tentative placement is rolled back and each member says why.
+
+No I/O, no wall clock, no global randomness: `now` and `rng` are parameters.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from gpufleet.core import explain as explaining
+from gpufleet.core import ordering
+from gpufleet.core.result import CycleResult
+from gpufleet.framework.cycle_state import CycleState
+from gpufleet.framework.interfaces import NormalizeScorePlugin
+from gpufleet.framework.plugins.gpu_fit import default_devices
+from gpufleet.framework.profile import Profile
+from gpufleet.framework.status import Code, Status
+from gpufleet.model import (GPU_MILLI, Cluster, ClusterSnapshot, GpuKind, Placement, PodSpec, PodUid,
+                            Usage)
+
+
+@dataclass(slots=True)
+class _View:
+    cluster: Cluster
+    usage: Usage
+
+
+def constraint_key(pod: PodSpec) -> tuple[object, ...]:
+    """Pods with equal keys are interchangeable for filtering (not for gangs or priority)."""
+    return (pod.cpu_milli, pod.mem_mib, pod.gpu, pod.gpu_models, tuple(sorted(pod.node_selector.items())),
+            pod.affinity, pod.tolerations)
+
+
+class _Cycle:
+    def __init__(self, snapshot: ClusterSnapshot, profile: Profile, now: float, rng: random.Random) -> None:
+        self.snapshot = snapshot
+        self.profile = profile
+        self.view = _View(snapshot.cluster, snapshot.usage.copy())
+        self.state = CycleState(rng, now)
+        self.binds: list[Placement] = []
+        self.unschedulable: dict[PodUid, Status] = {}
+        self.failed: dict[tuple[object, ...], tuple[int, Status]] = {}
+        self.epoch = 0
+        """Bumped when capacity is given back (rollback), invalidating `failed`."""
+        self.normalizing = tuple(isinstance(p, NormalizeScorePlugin) for p, _ in profile.scores)
+
+    # -- one pod ----------------------------------------------------------------------------
+    def place(self, pod: PodSpec) -> Placement | Status:
+        key = constraint_key(pod)
+        hit = self.failed.get(key)
+        if hit is not None and hit[0] == self.epoch:
+            return hit[1]
+        status = self._pre_filter(pod)
+        if status is not None:
+            self.failed[key] = (self.epoch, status)
+            return status
+        nodes = self._feasible(pod)
+        if len(nodes) == 0:
+            status = Status(Code.UNSCHEDULABLE,
+                            (explaining.explain(self.state, pod, self.view, self.profile.filters),), "")
+            self.failed[key] = (self.epoch, status)
+            return status
+        node = self._select(pod, nodes)
+        placement = self._placement(pod, node)
+        self._commit(pod, placement, node)
+        return placement
+
+    def _pre_filter(self, pod: PodSpec) -> Status | None:
+        for plugin in self.profile.pre_filters:
+            status = plugin.pre_filter(self.state, pod, self.view)
+            if not status.ok:
+                return status
+        return None
+
+    def _feasible(self, pod: PodSpec) -> np.ndarray:
+        mask = None
+        for plugin in self.profile.filters:
+            m = plugin.filter(self.state, pod, self.view)
+            if m is not None:
+                mask = m.copy() if mask is None else mask & m
+        if mask is None:
+            return np.arange(self.view.cluster.n_nodes)
+        return np.flatnonzero(mask)
+
+    def _select(self, pod: PodSpec, nodes: np.ndarray) -> int:
+        if len(nodes) == 1 or not self.profile.scores:
+            return int(nodes[0])
+        total: np.ndarray | None = None
+        for (plugin, weight), normalize in zip(self.profile.scores, self.normalizing):
+            scores = plugin.score(self.state, pod, self.view, nodes)
+            if normalize:
+                scores = plugin.normalize_score(scores)  # type: ignore[attr-defined]
+            total = weight * scores if total is None else total + weight * scores
+        assert total is not None
+        return int(nodes[int(np.argmax(total))])  # argmax returns the first: the lowest node name
+
+    def _placement(self, pod: PodSpec, node: int) -> Placement:
+        g = pod.gpu
+        picker = self.profile.device_picker
+        devices = picker.pick_devices(self.state, pod, self.view, node) if picker else None
+        if devices is None and g.kind is not GpuKind.NONE:
+            devices = default_devices(pod, self.view, node)
+        name = self.view.cluster.names[node]
+        if g.kind is GpuKind.MIG:
+            return Placement(pod.uid, name, pod.cpu_milli, pod.mem_mib, mig_slices=devices or (),
+                             pod_group=pod.pod_group)
+        if g.kind is GpuKind.NONE:
+            return Placement(pod.uid, name, pod.cpu_milli, pod.mem_mib, pod_group=pod.pod_group)
+        mem = int(self.view.cluster.gpu_mem[node, devices[0]]) if g.kind is GpuKind.WHOLE and devices else g.mem_mib
+        return Placement(pod.uid, name, pod.cpu_milli, pod.mem_mib, tuple(devices or ()),
+                         g.milli if g.kind is GpuKind.FRACTION else GPU_MILLI, mem, pod_group=pod.pod_group)
+
+    def _commit(self, pod: PodSpec, placement: Placement, node: int) -> None:
+        self.view.usage.place(placement, node)
+        for plugin in self.profile.reserves:
+            plugin.reserve(self.state, pod, self.view, node)
+
+    def _rollback(self, pod: PodSpec, placement: Placement) -> None:
+        node = self.view.cluster.index[placement.node]
+        self.view.usage.place(placement, node, sign=-1)
+        for plugin in self.profile.reserves:
+            plugin.unreserve(self.state, pod, self.view, node)
+        self.epoch += 1
+
+    # -- units ------------------------------------------------------------------------------
+    def run_single(self, pod: PodSpec) -> None:
+        result = self.place(pod)
+        if isinstance(result, Placement):
+            self.binds.append(result)
+        else:
+            self.unschedulable[pod.uid] = result
+
+    def run_gang(self, members: list[PodSpec]) -> None:
+        group_key = members[0].pod_group or ""
+        group = self.snapshot.pod_groups.get(group_key)
+        running = sum(1 for p in self.snapshot.placements.values() if p.pod_group == group_key)
+        need = (group.min_member if group else len(members)) - running
+        placed: list[tuple[PodSpec, Placement]] = []
+        failures: dict[PodUid, Status] = {}
+        for pod in members:
+            result = self.place(pod)
+            if isinstance(result, Placement):
+                placed.append((pod, result))
+            else:
+                failures[pod.uid] = result
+        if len(placed) >= need:
+            self.binds.extend(p for _, p in placed)
+            self.unschedulable.update(failures)
+            return
+        for pod, placement in reversed(placed):
+            self._rollback(pod, placement)
+        why = (f"pod group {group_key}: only {len(placed) + running} of minMember "
+               f"{need + running} pods could be placed together")
+        for pod in members:
+            inner = failures.get(pod.uid)
+            reasons = (why,) + (inner.reasons if inner else ())
+            self.unschedulable[pod.uid] = Status(Code.UNSCHEDULABLE, reasons, "Gang")
+
+
+def schedule(snapshot: ClusterSnapshot, pending: Sequence[PodSpec], profile: Profile, *,
+             now: float, rng: random.Random) -> CycleResult:
+    """Place as many `pending` pods as the profile allows; never mutates `snapshot`."""
+    cycle = _Cycle(snapshot, profile, now, rng)
+    for unit in ordering.order(pending):
+        if unit[0].pod_group is None:
+            cycle.run_single(unit[0])
+        else:
+            cycle.run_gang(unit)
+    return CycleResult(tuple(cycle.binds), (), dict(cycle.unschedulable))

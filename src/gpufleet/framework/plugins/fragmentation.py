@@ -1,0 +1,104 @@
+"""GPU fragmentation as defined by FGD (USENIX ATC'23, section 3 of `experiments/fgd.md`).
+
+Given a distribution of *typical tasks* M (spec -> probability p_m), a node's fragmentation
+is F_n = sum_m p_m * frag(n, m), where frag(n, m) is the node's free GPU-milli that task m
+could not use: all of it if m needs no GPU, is not allowed on the node's model, or does not
+fit (CPU, or fewer than num_gpu devices with enough free milli); otherwise the free milli on
+devices too small for m. Memory is ignored, as in the paper.
+
+Everything here is vectorised over a batch of node states (K nodes x G devices) so the FGD
+scorer and the simulator's metrics evaluate hundreds of nodes per call.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.model import GPU_MILLI, Cluster, GpuKind, PodSpec, Usage
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class TypicalTask:
+    """One task spec of the typical-task distribution and its probability."""
+
+    cpu_milli: int
+    gpu_milli: int
+    num_gpu: int
+    models: frozenset[str]
+    probability: float
+
+
+def task_spec(pod: PodSpec) -> tuple[int, int, int, frozenset[str]]:
+    g = pod.gpu
+    if g.kind is GpuKind.WHOLE:
+        return (pod.cpu_milli, GPU_MILLI, g.count, pod.gpu_models)
+    if g.kind is GpuKind.FRACTION:
+        return (pod.cpu_milli, g.milli, 1, pod.gpu_models)
+    return (pod.cpu_milli, 0, 0, frozenset())
+
+
+def typical_tasks(pods: Iterable[PodSpec], coverage: float = 0.95) -> tuple[TypicalTask, ...]:
+    """The most frequent specs covering `coverage` of pods, probabilities renormalised.
+
+    Ties in frequency keep first-seen order (stable), so the result is deterministic.
+    """
+    counts = Counter(task_spec(p) for p in pods)
+    total = sum(counts.values())
+    if total == 0:
+        return ()
+    chosen: list[tuple[tuple[int, int, int, frozenset[str]], int]] = []
+    covered = 0
+    for spec, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        if covered >= coverage * total:
+            break
+        chosen.append((spec, n))
+        covered += n
+    return tuple(TypicalTask(s[0], s[1], s[2], s[3], n / covered) for s, n in chosen)
+
+
+class FragModel:
+    """Typical tasks compiled against one cluster's GPU models, for batch evaluation."""
+
+    def __init__(self, cluster: Cluster, tasks: tuple[TypicalTask, ...]) -> None:
+        self.tasks = tasks
+        self.cpu = np.array([t.cpu_milli for t in tasks], dtype=np.int64)
+        self.milli = np.array([t.gpu_milli for t in tasks], dtype=np.int64)
+        self.num = np.array([t.num_gpu for t in tasks], dtype=np.int64)
+        self.p = np.array([t.probability for t in tasks], dtype=np.float64)
+        n_models = len(cluster.models)
+        # model_ok[m, k]: task m may run on model k; the extra last column is "no GPU model".
+        self.model_ok = np.ones((len(tasks), n_models + 1), dtype=np.bool_)
+        for m, t in enumerate(tasks):
+            if t.models:
+                self.model_ok[m, :n_models] = [name in t.models for name in cluster.models]
+        self.model_ok[:, n_models] = False
+
+    def batch(self, model_id: I64, free_cpu: I64, free: I64) -> F64:
+        """F_n for K node states: model ids (K), free CPU (K), free milli per device (K x G)."""
+        if len(self.tasks) == 0 or free.shape[0] == 0:
+            return np.zeros(free.shape[0])
+        total = free.sum(axis=1)
+        ge = free[:, None, :] >= self.milli[None, :, None]            # K x M x G
+        count = ge.sum(axis=2)
+        small = np.where(ge, 0, free[:, None, :]).sum(axis=2)          # free on too-small devices
+        fits = ((self.num > 0)[None, :]
+                & self.model_ok[:, model_id].T
+                & (free_cpu[:, None] >= self.cpu[None, :])
+                & (count >= self.num[None, :]))
+        frag = np.where(fits, small, total[:, None])
+        result: F64 = frag @ self.p
+        return result
+
+    def nodes(self, usage: Usage, idx: I64) -> F64:
+        """F_n for the nodes `idx` of a cluster in its current usage."""
+        c = usage.cluster
+        free = np.where(c.gpu_whole_ok[idx] & usage.gpu_healthy[idx], GPU_MILLI - usage.gpu_used_milli[idx], 0)
+        return self.batch(c.model_id[idx].astype(np.int64), usage.free_cpu[idx], free)

@@ -1,0 +1,218 @@
+"""Scheduling profiles: which plugins run at each extension point, with what weights and args.
+
+The YAML follows kube-scheduler's `KubeSchedulerConfiguration` profile shape, so it reads
+familiar:
+
+    profiles:
+      - schedulerName: gpufleet
+        plugins:
+          filter: {enabled: [{name: NodeResourcesFit}, {name: GpuFit}]}
+          score:  {enabled: [{name: FragAware, weight: 2}, {name: Topology, weight: 1}]}
+        pluginConfig:
+          - name: Topology
+            args: {rackLabels: [topology.gpufleet.io/rack]}
+
+Every mistake is a `ProfileError` naming the offending key path (`profiles[0].plugins.score.enabled[1].weight`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, get_args, get_origin, get_type_hints
+
+import yaml
+
+from gpufleet.framework.interfaces import (DevicePicker, FilterPlugin, NormalizeScorePlugin, Plugin,
+                                           PreFilterPlugin, ReservePlugin, ScorePlugin)
+from gpufleet.framework.registry import BuildContext, Entry, NoArgs, default_registry
+
+DEFAULT_FILTERS = ("NodeResourcesFit", "TaintToleration", "NodeAffinity", "GpuFit")
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be loaded; the message names the key path."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreRef:
+    name: str
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileSettings:
+    """A profile as configured (names and arguments), before plugins are built."""
+
+    name: str = "gpufleet"
+    filters: tuple[str, ...] = DEFAULT_FILTERS
+    scores: tuple[ScoreRef, ...] = ()
+    plugin_args: Mapping[str, Any] = field(default_factory=dict)
+    """Validated `Args` dataclass per plugin name."""
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A built profile: plugin instances classified by extension point."""
+
+    name: str
+    pre_filters: tuple[PreFilterPlugin, ...]
+    filters: tuple[FilterPlugin, ...]
+    scores: tuple[tuple[ScorePlugin, float], ...]
+    device_picker: DevicePicker | None
+    reserves: tuple[ReservePlugin, ...]
+
+
+def build_profile(settings: ProfileSettings, context: BuildContext = BuildContext(),
+                  registry: Mapping[str, Entry] | None = None) -> Profile:
+    reg = default_registry() if registry is None else registry
+    instances: dict[str, Plugin] = {}
+
+    def get(name: str, where: str) -> Plugin:
+        if name not in reg:
+            raise ProfileError(f"{where}: unknown plugin {name!r}; known: {', '.join(sorted(reg))}")
+        if name not in instances:
+            entry = reg[name]
+            args = settings.plugin_args.get(name) or entry.args_type()
+            instances[name] = entry.factory(args, context)
+        return instances[name]
+
+    filters = [get(n, f"filter {n}") for n in settings.filters]
+    scores = [(get(s.name, f"score {s.name}"), s.weight) for s in settings.scores]
+    for plugin in filters:
+        if not isinstance(plugin, FilterPlugin):
+            raise ProfileError(f"filter {plugin.name}: plugin has no filter extension point")
+    for plugin, _ in scores:
+        if not isinstance(plugin, ScorePlugin):
+            raise ProfileError(f"score {plugin.name}: plugin has no score extension point")
+    picker = next((p for p, _ in scores if isinstance(p, DevicePicker)), None)
+    if picker is None:
+        picker = next((p for p in filters if isinstance(p, DevicePicker)), None)
+    every = list(instances.values())
+    return Profile(settings.name,
+                   tuple(p for p in every if isinstance(p, PreFilterPlugin)),
+                   tuple(p for p in filters if isinstance(p, FilterPlugin)),
+                   tuple((p, w) for p, w in scores if isinstance(p, ScorePlugin)),
+                   picker,
+                   tuple(p for p in every if isinstance(p, ReservePlugin)))
+
+
+def is_normalizing(plugin: ScorePlugin) -> bool:
+    return isinstance(plugin, NormalizeScorePlugin)
+
+
+# -- YAML -------------------------------------------------------------------------------------
+
+def load_profiles(text: str, source: str = "profile", registry: Mapping[str, Entry] | None = None
+                  ) -> tuple[ProfileSettings, ...]:
+    """Parse a KubeSchedulerConfiguration-like YAML document into profile settings."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{source}: not valid YAML: {exc}") from None
+    reg = default_registry() if registry is None else registry
+    root = _mapping(doc, source)
+    _only(root, {"apiVersion", "kind", "profiles"}, source)
+    profiles = root.get("profiles")
+    if not isinstance(profiles, list) or not profiles:
+        raise ProfileError(f"{source}: profiles: must be a non-empty list")
+    return tuple(_profile(p, f"{source}: profiles[{i}]", reg) for i, p in enumerate(profiles))
+
+
+def _profile(raw: object, where: str, reg: Mapping[str, Entry]) -> ProfileSettings:
+    body = _mapping(raw, where)
+    _only(body, {"schedulerName", "plugins", "pluginConfig"}, where)
+    name = body.get("schedulerName", "gpufleet")
+    if not isinstance(name, str) or not name:
+        raise ProfileError(f"{where}.schedulerName: must be a non-empty string")
+    plugins = _mapping(body.get("plugins", {}), f"{where}.plugins")
+    _only(plugins, {"filter", "score"}, f"{where}.plugins")
+    filters = DEFAULT_FILTERS
+    if "filter" in plugins:
+        filters = tuple(_ref(r, f"{where}.plugins.filter.enabled[{i}]", reg, weighted=False).name
+                        for i, r in enumerate(_enabled(plugins["filter"], f"{where}.plugins.filter")))
+    scores = tuple(_ref(r, f"{where}.plugins.score.enabled[{i}]", reg, weighted=True)
+                   for i, r in enumerate(_enabled(plugins.get("score", {"enabled": []}), f"{where}.plugins.score")))
+    args: dict[str, Any] = {}
+    config = body.get("pluginConfig", [])
+    if not isinstance(config, list):
+        raise ProfileError(f"{where}.pluginConfig: must be a list")
+    for i, item in enumerate(config):
+        w = f"{where}.pluginConfig[{i}]"
+        entry = _mapping(item, w)
+        _only(entry, {"name", "args"}, w)
+        pname = entry.get("name")
+        if pname not in reg:
+            raise ProfileError(f"{w}.name: unknown plugin {pname!r}")
+        args[str(pname)] = parse_args(reg[str(pname)].args_type, entry.get("args", {}), f"{w}.args")
+    return ProfileSettings(name, filters, scores, args)
+
+
+def _enabled(raw: object, where: str) -> list[object]:
+    body = _mapping(raw, where)
+    _only(body, {"enabled"}, where)
+    items = body.get("enabled", [])
+    if not isinstance(items, list):
+        raise ProfileError(f"{where}.enabled: must be a list")
+    return items
+
+
+def _ref(raw: object, where: str, reg: Mapping[str, Entry], *, weighted: bool) -> ScoreRef:
+    body = _mapping(raw, where)
+    _only(body, {"name", "weight"} if weighted else {"name"}, where)
+    name = body.get("name")
+    if name not in reg:
+        raise ProfileError(f"{where}.name: unknown plugin {name!r}; known: {', '.join(sorted(reg))}")
+    weight = body.get("weight", 1)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+        raise ProfileError(f"{where}.weight: must be a non-negative number, got {weight!r}")
+    return ScoreRef(str(name), float(weight))
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+def parse_args(args_type: type, raw: object, where: str) -> Any:
+    """Validate a plugin's YAML args (camelCase keys) into its frozen Args dataclass."""
+    body = _mapping(raw, where)
+    if args_type is NoArgs:
+        if body:
+            raise ProfileError(f"{where}: this plugin takes no arguments, got {sorted(body)}")
+        return NoArgs()
+    hints = get_type_hints(args_type)
+    fields = {f.name for f in dataclasses.fields(args_type)}
+    values: dict[str, Any] = {}
+    for key, value in body.items():
+        attr = _snake(str(key))
+        if attr not in fields:
+            raise ProfileError(f"{where}.{key}: unknown argument; known: {', '.join(sorted(fields))}")
+        values[attr] = _typed(value, hints[attr], f"{where}.{key}")
+    return args_type(**values)
+
+
+def _typed(value: object, hint: Any, where: str) -> Any:
+    origin = get_origin(hint)
+    if origin is tuple:
+        item = get_args(hint)[0]
+        if not isinstance(value, list):
+            raise ProfileError(f"{where}: must be a list")
+        return tuple(_typed(v, item, f"{where}[{i}]") for i, v in enumerate(value))
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, str, bool) and type(value) is hint:
+        return value
+    raise ProfileError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
+
+
+def _mapping(raw: object, where: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where}: must be a mapping, got {type(raw).__name__}")
+    return raw
+
+
+def _only(body: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise ProfileError(f"{where}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}")
