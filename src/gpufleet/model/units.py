@@ -62,7 +62,8 @@ def mem_mib(value: str | int, where: str) -> int:
     amount = parse_quantity(value, where)
     if amount < 0:
         raise ModelError(where, f"{value!r} is negative")
-    return int(-((-amount) // 2**20))
+    whole, rest = divmod(amount, 2**20)  # Decimal `//` truncates toward zero: round up by hand
+    return int(whole) + (1 if rest else 0)
 
 
 def count(value: str | int, where: str) -> int:
