@@ -72,27 +72,35 @@ class GpuFit:
         return mask
 
     def reasons(self, state: CycleState, pod: PodSpec, view: View) -> list[tuple[str, BoolArray]]:
+        """One reason per failing node, the first that applies: model, no GPU, then capacity."""
         g = pod.gpu
         if g.kind is GpuKind.NONE:
             return []
         c, u = view.cluster, view.usage
         out: list[tuple[str, BoolArray]] = []
+        unexplained = np.ones(c.n_nodes, dtype=np.bool_)
+
+        def add(reason: str, lacking: BoolArray) -> None:
+            nonlocal unexplained
+            out.append((reason, lacking & unexplained))
+            unexplained = unexplained & ~lacking
+
         models = model_mask(state, pod, view)
         if models is not None:
-            out.append((MODEL_REASON, ~models))
+            add(MODEL_REASON, ~models)
         if g.kind is GpuKind.MIG:
             pid = c.mig_profile_id.get(g.mig_profile or "")
             lacking = np.ones(c.n_nodes, dtype=np.bool_) if pid is None else u.free_slices[:, pid] < g.count
-            out.append((f"Insufficient MIG {g.mig_profile}", lacking))
+            add(f"Insufficient MIG {g.mig_profile}", lacking)
             return out
-        out.append((NO_GPU_REASON, c.gpu_count == 0))
+        add(NO_GPU_REASON, c.gpu_count == 0)
         if g.kind is GpuKind.WHOLE:
-            out.append(("Insufficient GPU", u.free_whole < g.count))
+            add("Insufficient GPU", u.free_whole < g.count)
         else:
-            out.append(("Insufficient GPU", u.max_free_milli < g.milli))
+            add("Insufficient GPU", u.max_free_milli < g.milli)
             if g.mem_mib:
                 idx = np.arange(c.n_nodes)
-                out.append(("Insufficient GPU memory", ~fraction_fits(view, pod, idx)))
+                add("Insufficient GPU memory", ~fraction_fits(view, pod, idx))
         return out
 
     def pick_devices(self, state: CycleState, pod: PodSpec, view: View, node: int) -> tuple[int, ...]:
