@@ -9,6 +9,7 @@ whole GPUs, largest free fraction, free MIG slices per profile) that filters rea
 
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 import numpy as np
@@ -93,6 +94,10 @@ def gpu_class(p: Placement) -> int:
     return {1: 1, 2: 2, 4: 3, 8: 4}.get(len(p.gpus), 5)
 
 
+_STAMPS = itertools.count(1)
+"""Process-wide source of node-state stamps (see `Usage.version`)."""
+
+
 class Usage:
     """Mutable usage arrays plus the per-node aggregates filters read. `copy()` is cheap."""
 
@@ -124,7 +129,11 @@ class Usage:
         self.free_slices: I64 = np.zeros((n, max(1, len(c.mig_profiles))), dtype=np.int64)
         self.class_pods: I64 = np.zeros((n, GPU_CLASSES), dtype=np.int64)
         self.version: I64 = np.zeros(n, dtype=np.int64)
-        """Bumped whenever a node's usage changes; caches key on it."""
+        """A stamp per node, fresh (process-unique) each time the node's usage changes.
+
+        Equal stamps mean the same node state, across copies of this Usage too, so plugins
+        may cache per-node results across cycles keyed on it. It carries no meaning beyond
+        identity and never influences a decision."""
         for i in range(n):
             self.refresh_row(i)
 
@@ -185,7 +194,7 @@ class Usage:
             for s in range(start, end):
                 if not self.slice_used[s] and self.gpu_healthy[i, c.slice_gpu[s]]:
                     row[c.slice_prof[s]] += 1
-        self.version[i] += 1
+        self.version[i] = next(_STAMPS)
 
     # -- mutation -------------------------------------------------------------------------
     def place(self, p: Placement, i: int, sign: int = 1) -> None:

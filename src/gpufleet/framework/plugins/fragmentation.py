@@ -80,16 +80,23 @@ class FragModel:
             if t.models:
                 self.model_ok[m, :n_models] = [name in t.models for name in cluster.models]
         self.model_ok[:, n_models] = False
+        # Tasks share few distinct GPU-milli sizes: count and sum per distinct size, then gather.
+        self.thresholds, self.task_threshold = np.unique(self.milli, return_inverse=True)
+        self.thresholds = self.thresholds.astype(np.int32)
+        self.needs_gpu = self.num > 0
 
     def batch(self, model_id: I64, free_cpu: I64, free: I64) -> F64:
         """F_n for K node states: model ids (K), free CPU (K), free milli per device (K x G)."""
         if len(self.tasks) == 0 or free.shape[0] == 0:
             return np.zeros(free.shape[0])
-        total = free.sum(axis=1)
-        ge = free[:, None, :] >= self.milli[None, :, None]            # K x M x G
-        count = ge.sum(axis=2)
-        small = np.where(ge, 0, free[:, None, :]).sum(axis=2)          # free on too-small devices
-        fits = ((self.num > 0)[None, :]
+        free32 = free.astype(np.int32)
+        total = free32.sum(axis=1, dtype=np.int64)
+        small_mask = free32[:, :, None] < self.thresholds[None, None, :]   # K x G x T
+        too_small = np.einsum("kg,kgt->kt", free32, small_mask.astype(np.int32))
+        count = free.shape[1] - small_mask.sum(axis=1)                       # devices >= threshold
+        count = count[:, self.task_threshold]
+        small = too_small[:, self.task_threshold]
+        fits = (self.needs_gpu[None, :]
                 & self.model_ok[:, model_id].T
                 & (free_cpu[:, None] >= self.cpu[None, :])
                 & (count >= self.num[None, :]))
