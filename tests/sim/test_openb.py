@@ -192,7 +192,7 @@ def _timed(fn: Callable[[], object]) -> float:
 ])
 def test_variants_load(trace_root: Path, variant: str, tasks: int, gpu_milli: int | None) -> None:
     w = openb.load(*openb.variant_files(trace_root, variant))
-    assert len(w.jobs) == tasks and w.name == variant
+    assert len(w.jobs) == tasks and w.name == f"openb-{variant}"
     assert gpu_milli is None or sum(j.gpu_milli for j in w.jobs) == gpu_milli
 
 

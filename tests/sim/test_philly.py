@@ -87,7 +87,7 @@ def test_jobs_larger_than_a_server_become_gangs(write_file: WriteFile, throughpu
     pytest.param(line(gpus="0"), "scale_factor", "at least 1", id="a zero scale factor is an error, not skipped"),
     pytest.param(line(job_type="GPT-5"), "job_type", "no v100 throughput", id="an unknown job type is an error"),
     pytest.param(line().rsplit("\t", 1)[0], "scale_factor", "got 6", id="a row missing a field is an error"),
-    pytest.param(line() + "\t1.0", "scale_factor", "got 8", id="a row with an extra field is an error"),
+    pytest.param(line() + "\t1.0", "field 8", "got 8", id="a row with an extra field is an error"),
 ])
 def test_malformed_row_names_file_line_and_field(write_file: WriteFile, throughputs: philly.Throughputs,
                                                  text: str, field: str, problem: str) -> None:

@@ -113,7 +113,7 @@ def default_workload(scale: float = 1.0, seed: int = 0, *, load: float = 0.9, ma
     for i, ((task_class, spec), gpu, duration) in enumerate(zip(specs, requests, durations)):
         jobs.append(_job(i, task_class, spec, gpu, round(arrival, 3), duration))
         arrival += rng.expovariate(1 / mean_gap_s)
-    return Workload("default", tuple(nodes), tuple(jobs),
+    return Workload("builtin-default", tuple(nodes), tuple(jobs),
                     f"synthetic openb-like workload (scale {scale}, seed {seed}, offered GPU load {load})")
 
 

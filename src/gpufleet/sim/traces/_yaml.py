@@ -115,15 +115,16 @@ class Loc:
             raise self.error(f"expected a quantity such as 500m, 4Gi or 2, got {value!r}")
         return value
 
+    def label(self) -> str:
+        """A Kubernetes string value (label, taint or toleration value); YAML numbers become their text."""
+        value = self.scalar()
+        if value is None or isinstance(value, bool):
+            raise self.error(f"expected a string value, got {value!r} (quote it)")
+        return str(value)
+
     def strings(self) -> dict[str, str]:
-        """A string-to-string mapping (labels, nodeSelector); YAML numbers become their text."""
-        result = {}
-        for key, loc in self.mapping().items():
-            value = loc.scalar()
-            if value is None or isinstance(value, bool):
-                raise loc.error(f"expected a string value, got {value!r} (quote it)")
-            result[key] = str(value)
-        return result
+        """A string-to-string mapping (labels, nodeSelector)."""
+        return {key: loc.label() for key, loc in self.mapping().items()}
 
     def _kind(self) -> str:
         if isinstance(self.node, yaml.MappingNode):

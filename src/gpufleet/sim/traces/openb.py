@@ -61,7 +61,7 @@ def variant_files(root: Path, variant: str = "default") -> tuple[Path, Path]:
 
 def load(node_file: Path, pod_file: Path, *, max_pods: int = 110, name: str | None = None) -> Workload:
     """The cluster of `node_file` with the jobs of `pod_file`, ordered by arrival."""
-    return Workload(name or pod_file.stem.removeprefix("openb_pod_list_"),
+    return Workload(name or pod_file.stem.replace("openb_pod_list_", "openb-"),
                     read_nodes(node_file, max_pods=max_pods), read_pods(pod_file),
                     f"openb trace: nodes {node_file.name}, pods {pod_file.name}")
 

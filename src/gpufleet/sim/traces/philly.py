@@ -95,8 +95,8 @@ def _job(fields: list[str], path: Path, line: int, table: Mapping[tuple[str, int
          gpu_type: str) -> Job:
     where = f"{path}:{line}"
     if len(fields) != len(FIELDS):
-        raise ModelError(f"{where}: {FIELDS[min(len(fields), len(FIELDS) - 1)]}",
-                         f"expected {len(FIELDS)} tab-separated fields, got {len(fields)}")
+        field = FIELDS[len(fields)] if len(fields) < len(FIELDS) else f"field {len(FIELDS) + 1}"
+        raise ModelError(f"{where}: {field}", f"expected {len(FIELDS)} tab-separated fields, got {len(fields)}")
     job_type = fields[0]
     steps = _positive_int(fields[4], f"{where}: total_steps")
     arrival = _arrival(fields[5], f"{where}: arrival_time")

@@ -19,6 +19,7 @@ Decisions:
 
 from __future__ import annotations
 
+from decimal import Decimal
 from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
@@ -119,8 +120,8 @@ def _mig_layouts(loc: Loc, count: int) -> dict[int, tuple[str, ...]]:
 
 def _taint(loc: Loc) -> Taint:
     spec = loc.mapping(("key", "value", "effect"), required=("key",))
-    return Taint(spec["key"].text(), _optional_text(spec, "value"), _effect(spec["effect"]) if "effect" in spec
-                 else TaintEffect.NO_SCHEDULE)
+    effect = _enum(spec["effect"], TaintEffect) if "effect" in spec else TaintEffect.NO_SCHEDULE
+    return Taint(spec["key"].text(), _optional_text(spec, "value"), effect)
 
 
 def _jobs(loc: Loc, file: str) -> list[Job]:
@@ -165,15 +166,19 @@ def _resources(loc: Loc) -> tuple[int, int, GpuRequest]:
     merged: dict[str, Loc] = {}
     for part in ("limits", "requests"):
         for key, value in (parts[part].mapping() if part in parts else {}).items():
-            if key not in ("cpu", "memory") and key in merged and merged[key].scalar() != value.scalar():
+            if key not in ("cpu", "memory") and key in merged and _amount(merged[key]) != _amount(value):
                 raise value.error("requests and limits of an extended resource must be equal")
             merged[key] = value
     cpu = units.cpu_milli(merged["cpu"].quantity(), merged["cpu"].where) if "cpu" in merged else 0
     mem = units.mem_mib(merged["memory"].quantity(), merged["memory"].where) if "memory" in merged else 0
-    return cpu, mem, _gpu_request({k: v for k, v in merged.items() if k not in ("cpu", "memory")}, loc)
+    return cpu, mem, _gpu_request({k: v for k, v in merged.items() if k not in ("cpu", "memory")})
 
 
-def _gpu_request(extended: dict[str, Loc], loc: Loc) -> GpuRequest:
+def _amount(loc: Loc) -> Decimal:
+    return units.parse_quantity(loc.quantity(), loc.where)
+
+
+def _gpu_request(extended: dict[str, Loc]) -> GpuRequest:
     for key, value in extended.items():
         if key not in (*GPU_RESOURCES, GPU_MEMORY_RESOURCE) and mig_profile_of(key) is None:
             raise value.error(f"unknown resource; known: cpu, memory, {', '.join(GPU_RESOURCES)}, "
@@ -206,15 +211,18 @@ def _affinity(loc: Loc) -> tuple[NodeSelectorTerm, ...]:
                                      required=("requiredDuringSchedulingIgnoredDuringExecution",))
     selector = required["requiredDuringSchedulingIgnoredDuringExecution"].mapping(
         ("nodeSelectorTerms",), required=("nodeSelectorTerms",))
-    return tuple(NodeSelectorTerm(tuple(_requirement(r) for r in term.mapping(
-        ("matchExpressions",), required=("matchExpressions",))["matchExpressions"].sequence()))
-        for term in selector["nodeSelectorTerms"].sequence())
+    return tuple(_term(term) for term in selector["nodeSelectorTerms"].sequence())
+
+
+def _term(loc: Loc) -> NodeSelectorTerm:
+    expressions = loc.mapping(("matchExpressions",), required=("matchExpressions",))["matchExpressions"]
+    return NodeSelectorTerm(tuple(_requirement(r) for r in expressions.sequence()))
 
 
 def _requirement(loc: Loc) -> NodeSelectorRequirement:
     spec = loc.mapping(("key", "operator", "values"), required=("key", "operator"))
     operator = _enum(spec["operator"], Operator)
-    values = tuple(str(v.scalar()) for v in spec["values"].sequence()) if "values" in spec else ()
+    values = tuple(v.label() for v in spec["values"].sequence()) if "values" in spec else ()
     try:
         return NodeSelectorRequirement(spec["key"].text(), operator, values)
     except ModelError as exc:
@@ -232,7 +240,7 @@ def _toleration(loc: Loc) -> Toleration:
     spec = loc.mapping(("key", "operator", "value", "effect"))
     return Toleration(_optional_text(spec, "key"),
                       _enum(spec["operator"], TolerationOperator) if "operator" in spec else TolerationOperator.EQUAL,
-                      _optional_text(spec, "value"), _effect(spec["effect"]) if "effect" in spec else None)
+                      _optional_text(spec, "value"), _enum(spec["effect"], TaintEffect) if "effect" in spec else None)
 
 
 def _gang(loc: Loc, name: str, namespace: str, replicas: int) -> PodGroup | None:
@@ -254,10 +262,6 @@ def _duration(loc: Loc) -> float | None:
     return seconds
 
 
-def _effect(loc: Loc) -> TaintEffect:
-    return _enum(loc, TaintEffect)
-
-
 def _enum(loc: Loc, kind: type[E]) -> E:
     text = loc.text()
     for member in kind:
@@ -267,7 +271,7 @@ def _enum(loc: Loc, kind: type[E]) -> E:
 
 
 def _optional_text(spec: dict[str, Loc], key: str) -> str:
-    return str(spec[key].scalar() or "") if key in spec else ""
+    return spec[key].label() if key in spec else ""
 
 
 def _claim(names: list[str], seen: set[str], loc: Loc, what: str) -> None:
