@@ -197,6 +197,8 @@ BAD_JOBS = [
      "jobs[0].resources.limits.gpufleet.io/gpu-milli", "one kind of GPU", "two kinds of GPU request"),
     ("resources: {limits: {nvidia.com/gpu: 1, gpufleet.io/gpu-memory: 1024}}", 5,
      "jobs[0].resources.limits.gpufleet.io/gpu-memory", "only to a", "a GPU-memory cap on whole GPUs"),
+    ("resources: {limits: {gpufleet.io/gpu-milli: 500, gpufleet.io/gpu-memory: 4Gi}}", 5,
+     "jobs[0].resources.limits.gpufleet.io/gpu-memory", "counts MiB", "a GPU-memory cap written in bytes"),
     ("resources: {limits: {gpufleet.io/gpu-milli: 1000}}", 5, "jobs[0].resources.limits.gpufleet.io/gpu-milli",
      "use nvidia.com/gpu", "a fraction of a whole GPU"),
     ("resources: {limits: {nvidia.com/gpu: 1.5}}", 5, "jobs[0].resources.limits.nvidia.com/gpu",

@@ -193,7 +193,7 @@ def _gpu_request(extended: dict[str, Loc]) -> GpuRequest:
         return NO_GPU
     value = extended[kinds[0]]
     amount = units.count(value.quantity(), value.where)
-    mem = units.count(memory.quantity(), memory.where) if memory is not None else 0
+    mem = _gpu_memory_mib(memory) if memory is not None else 0
     try:
         if kinds[0] == GPU_RESOURCE:
             return whole_gpus(amount)
@@ -202,6 +202,14 @@ def _gpu_request(extended: dict[str, Loc]) -> GpuRequest:
         return mig_slices(str(mig_profile_of(kinds[0])), amount)
     except ModelError as exc:
         raise value.error(exc.problem) from exc
+
+
+def _gpu_memory_mib(loc: Loc) -> int:
+    """The extended resource counts MiB, so `4Gi` would mean 4Gi MiB: require a plain number."""
+    value = loc.scalar()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise loc.error(f"counts MiB as a whole number (10240 for 10 GiB), got {value!r}")
+    return value
 
 
 def _affinity(loc: Loc) -> tuple[NodeSelectorTerm, ...]:
