@@ -41,7 +41,7 @@ def fgd_score(before: F64, after: F64) -> FloatArray:
     return result
 
 
-def _options(pod: PodSpec, free: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _options(pod: PodSpec, free: np.ndarray, free_mem: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Free-milli rows after each placement option: (rows, owner row index, device or -1)."""
     g = pod.gpu
     k, n_dev = free.shape
@@ -49,7 +49,7 @@ def _options(pod: PodSpec, free: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
         rows = np.repeat(free, n_dev, axis=0)                       # (k*G) x G, option j of row r
         owner = np.repeat(np.arange(k), n_dev)
         device = np.tile(np.arange(n_dev), k)
-        room = rows[np.arange(k * n_dev), device] >= g.milli
+        room = (rows[np.arange(k * n_dev), device] >= g.milli) & (free_mem.reshape(-1) >= g.mem_mib)
         rows[np.arange(k * n_dev), device] -= g.milli
         return rows[room], owner[room], device[room]
     if g.kind is GpuKind.WHOLE:
@@ -99,7 +99,7 @@ class FragScorer:
         free = np.where(ok, GPU_MILLI - u.gpu_used_milli[nodes], 0)
         model_id = c.model_id[nodes].astype(np.int64)
         before = model.batch(model_id, u.free_cpu[nodes], free)
-        rows, owner, dev = _options(pod, free)
+        rows, owner, dev = _options(pod, free, c.gpu_mem[nodes] - u.gpu_used_mem[nodes])
         after = model.batch(model_id[owner], u.free_cpu[nodes][owner] - pod.cpu_milli, rows)
         option_score = self.score_fn(before[owner], after)
         best = np.full(len(nodes), -np.inf)
