@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 from typing import Sequence
 
 import numpy as np
@@ -11,7 +10,7 @@ from pluginkit import bound, holding, run, scores, snapshot, state
 
 from gpufleet.framework.plugins.fgd import Fgd, FgdArgs
 from gpufleet.framework.plugins.fragmentation import TypicalTask
-from gpufleet.model import NodeInfo, Placement, PodSpec
+from gpufleet.model import Cluster, ClusterSnapshot, NodeInfo, Placement, PodSpec, Usage
 from gpufleet.testing import make_node, make_pod
 
 ANY: frozenset[str] = frozenset()
@@ -108,12 +107,14 @@ def test_fgd_recompiles_its_typical_tasks_for_every_new_cluster() -> None:
     tasks = (TypicalTask(0, 1000, 1, frozenset({"A100-80GB"}), 1.0),)
     fgd = Fgd(FgdArgs(tasks))
     pod = make_pod("p").cpu(0).gpus(1).build()
+    old_nodes = [make_node("x").gpus(1, model="T4").build()]
+    new_nodes = [make_node("a").gpus(2, model="A100-80GB").build(), make_node("b").gpus(1, model="T4").build()]
     for _ in range(10):
-        old = snapshot([make_node("x").gpus(1, model="T4").build()])
-        scores(fgd, old, pod)
-        del old
-        gc.collect()
-        new = snapshot([make_node("a").gpus(2, model="A100-80GB").build(), make_node("b").gpus(1, model="T4").build()])
+        old = Cluster(old_nodes)
+        scores(fgd, ClusterSnapshot(old, Usage(old), {}, {}), pod)
+        del old  # freed at once (refcount); no gc.collect(), which would shuffle the free lists
+        cluster = Cluster(new_nodes)  # usually at the freed cluster's address
+        new = ClusterSnapshot(cluster, Usage(cluster), {}, {})
         # a: the task still fits on the other A100, F stays 0 -> 50.
         # b: the task is not allowed on a T4, so all its free milli is stranded: F 1000 -> 0, delta +1000 -> 73.
         assert scores(fgd, new, pod) == scores(Fgd(FgdArgs(tasks)), new, pod) == [50.0, 73.0]

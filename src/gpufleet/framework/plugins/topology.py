@@ -37,16 +37,17 @@ class Topology:
 
     def __init__(self, args: TopologyArgs) -> None:
         self.args = args
-        self._racks: tuple[int, IntArray] | None = None
+        self._racks: tuple[Cluster, IntArray] | None = None
 
     def racks(self, cluster: Cluster) -> IntArray:
-        if self._racks is None or self._racks[0] != id(cluster):
+        # Keyed on the cluster object itself, not id(): a freed cluster's id can be reused.
+        if self._racks is None or self._racks[0] is not cluster:
             ids: dict[str, int] = {}
             values = []
             for node in cluster.nodes:
                 label = next((node.labels[k] for k in self.args.rack_labels if k in node.labels), None)
                 values.append(-1 if label is None else ids.setdefault(label, len(ids)))
-            self._racks = (id(cluster), np.array(values, dtype=np.int64))
+            self._racks = (cluster, np.array(values, dtype=np.int64))
         return self._racks[1]
 
     def score(self, state: CycleState, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
