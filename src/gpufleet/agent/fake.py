@@ -1,0 +1,128 @@
+"""A `GpuBackend` driven by YAML fixtures, with fault injection, for tests and `--fake` runs.
+
+Fixtures ship in `gpufleet/agent/fixtures/` and are named by file stem (`h100-sxm-8`); any
+other path to a YAML file of the same shape works too. A fixture holds `system`, a `board`
+(the fields every GPU shares), `gpus` (per-GPU fields, which override the board's) and
+`nvlink` (groups of GPU indices that reach each other over NVLink).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from gpufleet.agent import devices as dev
+from gpufleet.model import ModelError
+
+FIXTURE_PACKAGE = "gpufleet.agent.fixtures"
+
+
+def fixture_names() -> list[str]:
+    """The fixtures shipped with gpufleet."""
+    root = resources.files(FIXTURE_PACKAGE)
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_fixture(name_or_path: str) -> FakeBackend:
+    """A fake backend for a shipped fixture name or a YAML file path."""
+    if name_or_path in fixture_names():
+        text = resources.files(FIXTURE_PACKAGE).joinpath(f"{name_or_path}.yaml").read_text()
+    elif Path(name_or_path).suffix in (".yaml", ".yml"):
+        text = Path(name_or_path).read_text()
+    else:
+        raise ModelError(f"fixture {name_or_path!r}",
+                         f"no such fixture; shipped ones: {', '.join(fixture_names())} (or give a .yaml path)")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ModelError(f"fixture {name_or_path}", f"is not valid YAML: {exc}") from None
+    try:
+        system, gpus = _parse(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelError(f"fixture {name_or_path}", f"malformed: {exc!r}") from None
+    return FakeBackend(system, gpus)
+
+
+class FakeBackend:
+    """Serves fixed devices and whatever health events a test injects."""
+
+    def __init__(self, system: dev.SystemInfo, gpus: tuple[dev.DeviceInfo, ...]) -> None:
+        self._system = system
+        self._gpus = gpus
+        self._events: deque[dev.HealthEvent] = deque()
+        self._cond = threading.Condition()
+        self.closed = False
+
+    def system(self) -> dev.SystemInfo:
+        return self._system
+
+    def devices(self) -> tuple[dev.DeviceInfo, ...]:
+        return self._gpus
+
+    def wait_event(self, timeout_s: float) -> dev.HealthEvent | None:
+        with self._cond:
+            if not self._events:
+                self._cond.wait(timeout_s)
+            return self._events.popleft() if self._events else None
+
+    def close(self) -> None:
+        self.closed = True
+
+    def inject(self, event: dev.HealthEvent) -> None:
+        with self._cond:
+            self._events.append(event)
+            self._cond.notify_all()
+
+    def inject_xid(self, gpu_uuid: str, xid: int, gi: int = dev.WHOLE_GPU,
+                   ci: int = dev.WHOLE_GPU) -> None:
+        self.inject(dev.HealthEvent(dev.EventKind.XID, gpu_uuid, xid, gi, ci))
+
+    def inject_double_bit_ecc(self, gpu_uuid: str) -> None:
+        self.inject(dev.HealthEvent(dev.EventKind.DOUBLE_BIT_ECC, gpu_uuid))
+
+    def inject_row_remap_failure(self, gpu_uuid: str) -> None:
+        self.inject(dev.HealthEvent(dev.EventKind.ROW_REMAP_FAILURE, gpu_uuid))
+
+    def inject_lost(self) -> None:
+        self.inject(dev.HealthEvent(dev.EventKind.LOST, None))
+
+
+def _parse(data: Mapping[str, Any]) -> tuple[dev.SystemInfo, tuple[dev.DeviceInfo, ...]]:
+    sysd = data["system"]
+    system = dev.SystemInfo(str(sysd["driverVersion"]), int(sysd["cudaDriverVersion"]),
+                                sysd.get("machine"))
+    board: Mapping[str, Any] = data.get("board", {})
+    specs = [{**board, **g} for g in data["gpus"]]
+    uuids = [str(s["uuid"]) for s in specs]
+    peers: dict[int, set[int]] = {i: set() for i in range(len(specs))}
+    for group in data.get("nvlink", []):
+        for i in group:
+            peers[i].update(j for j in group if j != i)
+    return system, tuple(_device(i, s, tuple(uuids[j] for j in sorted(peers[i])))
+                         for i, s in enumerate(specs))
+
+
+def _device(index: int, s: Mapping[str, Any], nvlink_peers: tuple[str, ...]) -> dev.DeviceInfo:
+    profiles = tuple(dev.MigProfileInfo(
+        int(p["index"]), int(p["slices"]), int(p["instances"]), int(p["multiprocessors"]),
+        int(p["memMiB"]), int(p.get("copyEngines", 0)), int(p.get("decoders", 0)),
+        int(p.get("encoders", 0)), int(p.get("jpegs", 0)), int(p.get("ofas", 0)))
+        for p in s.get("migProfiles", []))
+    by_index = {p.index: p for p in profiles}
+    migs = tuple(dev.MigDeviceInfo(
+        str(m["uuid"]), int(m["gi"]), int(m["ci"]), int(m["profileIndex"]),
+        int(m.get("ciSlices", by_index[int(m["profileIndex"])].slices)),
+        int(m.get("multiprocessors", by_index[int(m["profileIndex"])].multiprocessors)))
+        for m in s.get("mig", []))
+    major, minor = s["compute"]
+    return dev.DeviceInfo(
+        uuid=str(s["uuid"]), index=index, minor=int(s.get("minor", index)), name=str(s["name"]),
+        mem_mib=int(s["memMiB"]), pci_bus_id=str(s["busId"]), pci_device_id=int(s["pciDeviceId"]),
+        compute=(int(major), int(minor)), numa_node=s.get("numaNode"), pci_class=s.get("pciClass"),
+        mig_capable=bool(s.get("migCapable", False)), mig_enabled=bool(s.get("migEnabled", False)),
+        mig_profiles=profiles, mig_devices=migs, nvlink_peers=nvlink_peers)

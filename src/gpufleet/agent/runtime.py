@@ -1,0 +1,213 @@
+"""The running agent: discovery, one plugin server per resource, health, and a supervisor loop.
+
+Startup: load the config (a bad one is fatal here, there is nothing to fall back to),
+discover the GPUs, plan the resources, serve and register every plugin, write the node.
+Then a supervisor thread, every `poll_s`:
+
+1. Kubelet restart: a new kubelet deletes the plugin sockets and creates a new
+   `kubelet.sock`. Whenever our socket is gone we serve again, and whenever kubelet.sock's
+   identity differs from the one we registered with we register again. Polling one stat()
+   every 0.25 s needs no inotify dependency and re-registers well within 2 s.
+2. Config: every `config_poll_s` the source is re-read (and the node label re-checked). A
+   new valid config replaces the plugins; an invalid one is logged, counted and kept in
+   `config_error`, and the agent keeps serving the last good one.
+3. Node report: when health or config changed (or the last write failed), the node patch is
+   recomputed and written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from gpufleet.agent import configsource, health, report
+from gpufleet.agent.assignments import AssignmentBook
+from gpufleet.agent.backend import BackendUnavailableError, GpuBackend
+from gpufleet.agent.config import ConfigError
+from gpufleet.agent.devices import HealthEvent
+from gpufleet.agent.inventory import NodeGpuInventory, inventory
+from gpufleet.agent.kube import KubeAccessError, NodeApi
+from gpufleet.agent.metrics import AgentMetrics
+from gpufleet.agent.plan import PlanError, ResourcePlan, plan_resources
+from gpufleet.agent.plugin import KUBELET_SOCKET, PluginServer, RegistrationError, socket_identity
+from gpufleet.agent.servicer import PluginContext
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOptions:
+    node_name: str
+    kubelet_dir: Path
+    """The device-plugin directory holding kubelet.sock (mount the directory, not the socket)."""
+    poll_s: float = 0.25
+    config_poll_s: float = 10.0
+    health_poll_s: float = 1.0
+    register_timeout_s: float = 5.0
+    metrics_port: int | None = None
+    """Overrides the config's gpufleet.metricsPort when set."""
+
+
+class Agent:
+    def __init__(self, open_backend: Callable[[], GpuBackend], api: NodeApi, source: configsource.ConfigSource,
+                 options: AgentOptions, *, clock: health.Clock = time.monotonic,
+                 dev_exists: Callable[[str], bool] = os.path.exists) -> None:
+        """`open_backend` is called in start(), after the config is read, so that failOnInitError applies."""
+        self._open_backend, self._api, self._source, self.options = open_backend, api, source, options
+        self._backend: GpuBackend | None = None
+        self._clock, self._dev_exists = clock, dev_exists
+        self.metrics = AgentMetrics()
+        self.board = health.HealthBoard()
+        self.plugins: list[PluginServer] = []
+        self.config_error: str | None = None
+        self.idle = False
+        """True when the node has no usable driver and failOnInitError is false."""
+        self._stop = threading.Event()
+        self._reported: tuple[int, str] | None = None
+        self._owned_labels: frozenset[str] = frozenset()
+        self._monitor: health.HealthMonitor | None = None
+        self._supervisor = threading.Thread(target=self._supervise, name="gpufleet-supervisor", daemon=True)
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self.options.kubelet_dir / KUBELET_SOCKET
+
+    def start(self) -> None:
+        """Raises ConfigError, PlanError or BackendError when the agent cannot start."""
+        loaded = self._source.poll()
+        assert loaded is not None  # the first poll always returns the config
+        self.loaded = loaded
+        try:
+            self._backend = backend = self._open_backend()
+            self.inventory: NodeGpuInventory = inventory(backend.system(), backend.devices())
+        except BackendUnavailableError as exc:
+            if loaded.config.flags.fail_on_init_error:
+                raise
+            log.warning("no usable GPU driver (%s); idling because failOnInitError is false", exc)
+            self.idle = True
+            return
+        plans = plan_resources(self.inventory, loaded.config)
+        self._log_warnings(loaded)
+        self._tracker = health.HealthTracker(loaded.config.gpufleet.health, self.inventory)
+        self._ctx = PluginContext(self.options.node_name, loaded.config, self.inventory, self.board,
+                                  AssignmentBook(self._api, self.options.node_name), self.metrics, self._dev_exists)
+        self._monitor = health.HealthMonitor(backend, self._tracker, self.board, self._clock,
+                                             self.options.health_poll_s, self._count_event)
+        self._monitor.start()
+        self._start_plugins(plans)
+        self.report()
+        port = self.options.metrics_port
+        self.metrics.serve(loaded.config.gpufleet.metrics_port if port is None else port)
+        self._supervisor.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._supervisor.is_alive():
+            self._supervisor.join(timeout_s)
+        if self._monitor is not None:
+            self._monitor.stop(timeout_s)
+        for p in self.plugins:
+            p.stop()
+        self.metrics.shutdown()
+        if self._backend is not None:
+            self._backend.close()
+
+    def wait(self) -> None:
+        """Block until stop() (the CLI's main thread parks here)."""
+        while not self._stop.wait(1.0):
+            pass
+
+    def sync_kubelet(self) -> None:
+        """Serve again where our socket vanished; register again with a new kubelet."""
+        kubelet = socket_identity(self.kubelet_socket)
+        for p in self.plugins:
+            if not p.socket_present():
+                log.info("socket of %s is gone (kubelet restart?); serving again", p.plan.resource)
+                p.stop()
+                p.start()
+            if kubelet is not None and p.registered_with != kubelet:
+                try:
+                    p.register(self.kubelet_socket, self.options.register_timeout_s)
+                except RegistrationError as exc:
+                    log.warning("%s", exc)
+
+    def reload_config(self) -> bool:
+        """Poll the config source; True if a new config was applied."""
+        try:
+            loaded = self._source.poll()
+            if loaded is None:
+                return False
+            plans = plan_resources(self.inventory, loaded.config)
+        except (ConfigError, PlanError) as exc:
+            if str(exc) != self.config_error:
+                log.error("rejected new config, still serving %s: %s", self.loaded.name, exc)
+                self.metrics.config_errors.inc()
+            self.config_error = str(exc)
+            return False
+        except KubeAccessError as exc:
+            log.warning("cannot read node labels to choose a config: %s", exc)
+            return False
+        log.info("applying config %s", loaded.name)
+        self._log_warnings(loaded)
+        self.loaded, self.config_error = loaded, None
+        self._ctx.config = loaded.config
+        self._tracker.reconfigure(loaded.config.gpufleet.health)
+        for p in self.plugins:
+            p.stop()
+        self._start_plugins(plans)
+        self.report()
+        return True
+
+    def report(self) -> None:
+        """Write the node patch if health or config changed since the last successful write."""
+        state = (self.board.version, self.loaded.fingerprint)
+        if state == self._reported:
+            return
+        faults = self.board.faults()
+        patch = report.node_patch(self.inventory, self.loaded.config, faults, self._owned_labels)
+        try:
+            self._api.patch_node(patch)
+        except KubeAccessError as exc:
+            log.warning("cannot update node %s: %s", self.options.node_name, exc)
+            return
+        self._owned_labels = frozenset(k for k, v in patch.labels.items() if v is not None)
+        self._reported = state
+        self._update_device_metrics(frozenset(faults))
+
+    def _start_plugins(self, plans: tuple[ResourcePlan, ...]) -> None:
+        self.plugins = [PluginServer(plan, self._ctx, self.options.kubelet_dir) for plan in plans]
+        for p in self.plugins:
+            p.start()
+        self.sync_kubelet()
+
+    def _supervise(self) -> None:
+        next_config = time.monotonic() + self.options.config_poll_s
+        while not self._stop.wait(self.options.poll_s):
+            try:
+                self.sync_kubelet()
+                if time.monotonic() >= next_config:
+                    next_config = time.monotonic() + self.options.config_poll_s
+                    self.reload_config()
+                self.report()
+            except Exception:  # noqa: BLE001 - the supervisor must outlive any one failure
+                log.exception("supervisor cycle failed; retrying")
+
+    def _update_device_metrics(self, unhealthy: frozenset[str]) -> None:
+        self.metrics.clear_devices()
+        for p in self.plugins:
+            bad = sum(1 for u in p.plan.units if u.gpu in unhealthy or u.mig in unhealthy)
+            self.metrics.set_devices(p.plan.resource, len(p.plan.units) - bad, bad)
+
+    def _count_event(self, event: HealthEvent) -> None:
+        self.metrics.health_events.labels(event.kind.value).inc()
+
+    @staticmethod
+    def _log_warnings(loaded: configsource.LoadedConfig) -> None:
+        for warning in loaded.config.warnings:
+            log.warning("%s", warning)
+

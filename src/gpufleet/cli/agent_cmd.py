@@ -1,0 +1,161 @@
+"""`gpufleet agent`: the node agent's command line.
+
+    gpufleet agent inventory [--json] [--fake FIXTURE]     what discovery sees
+    gpufleet agent labels [--fake FIXTURE] [--config F]    the labels and annotation it would write
+    gpufleet agent run --config F --kubelet-dir D --node-name N [--fake FIXTURE]
+
+`run` has no Kubernetes API client yet (that belongs to the `kube/` package): without one it
+serves the kubelet and writes the node state it would patch to `--state-file` and the
+labels to an NFD feature file (`--nfd-file`). `--kubeconfig` is refused with that reason
+rather than pretending.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from gpufleet.agent import configsource, fake, inventory, report
+from gpufleet.agent.backend import BackendError, GpuBackend
+from gpufleet.agent.kube import OfflineNodeApi
+from gpufleet.agent.nvml import NvmlBackend
+from gpufleet.agent.plan import plan_resources
+from gpufleet.agent.runtime import Agent, AgentOptions
+from gpufleet.cli.main import UsageError
+
+DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser("agent", help="node agent: GPU discovery, device plugin, health, labels",
+                                   description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.set_defaults(func=lambda args: _help(parser))
+    sub = parser.add_subparsers(dest="agent_command", metavar="ACTION")
+    fixture_help = f"use a fake GPU backend: a shipped fixture ({', '.join(fake.fixture_names())}) or a YAML path"
+
+    inv = sub.add_parser("inventory", help="print the GPUs discovery sees (NVML, or --fake)")
+    inv.add_argument("--json", action="store_true", help="print everything as JSON")
+    inv.add_argument("--fake", metavar="FIXTURE", help=fixture_help)
+    inv.set_defaults(func=_inventory)
+
+    lab = sub.add_parser("labels", help="print the node labels, annotation and capacity the agent would write")
+    lab.add_argument("--fake", metavar="FIXTURE", help=fixture_help)
+    _config_arguments(lab)
+    lab.set_defaults(func=_labels)
+
+    run = sub.add_parser("run", help="serve the device plugins, watch health, write the node")
+    run.add_argument("--kubelet-dir", type=Path, default=Path(DEFAULT_KUBELET_DIR),
+                     help=f"device-plugin directory holding kubelet.sock (default {DEFAULT_KUBELET_DIR})")
+    run.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
+                     help="this node's name (default: $NODE_NAME)")
+    run.add_argument("--fake", metavar="FIXTURE", help=fixture_help)
+    _config_arguments(run)
+    run.add_argument("--kubeconfig", type=Path, help="Kubernetes API access: not built yet, refused")
+    run.add_argument("--metrics-port", type=int, help="Prometheus port, 0 = off (default: config, 9402)")
+    run.add_argument("--state-file", type=Path, help="write the node state the agent would patch here (JSON)")
+    run.add_argument("--nfd-file", type=Path, help="write the labels as a node-feature-discovery feature file")
+    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.set_defaults(func=_run)
+
+
+def _config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="config file, or a directory of named configs (default: built-in)")
+    parser.add_argument("--config-default", metavar="NAME", help="config name to use when the node label does not pick one")
+    parser.add_argument("--node-label", action="append", default=[], metavar="KEY=VALUE",
+                        help="a node label, for choosing a config without API access (repeatable)")
+
+
+def _help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _backend(fixture: str | None) -> GpuBackend:
+    try:
+        return fake.load_fixture(fixture) if fixture else NvmlBackend()
+    except BackendError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _node_labels(pairs: list[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--node-label {pair!r}: expected KEY=VALUE")
+        labels[key] = value
+    return labels
+
+
+def _source(args: argparse.Namespace, labels: dict[str, str]) -> configsource.ConfigSource:
+    return configsource.ConfigSource(args.config, args.config_default, lambda: labels)
+
+
+def _discover(fixture: str | None) -> inventory.NodeGpuInventory:
+    backend = _backend(fixture)
+    try:
+        return inventory.inventory(backend.system(), backend.devices())
+    except BackendError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        backend.close()
+
+
+def _inventory(args: argparse.Namespace) -> int:
+    inv = _discover(args.fake)
+    if args.json:
+        print(json.dumps(inventory.to_json(inv), indent=2))
+        return 0
+    print(f"driver {inv.driver_version}, CUDA {inv.cuda_version[0]}.{inv.cuda_version[1]}, machine {inv.machine or '?'}")
+    for g in inv.gpus:
+        mig = ",".join(s.profile for s in g.mig_slices) if g.mig_enabled else "-"
+        print(f"{g.index:>3} {g.uuid} {g.product} {g.mem_mib} MiB numa={g.numa_node} "
+              f"nvlink={g.nvlink_domain or '-'} mig={mig}")
+    return 0
+
+
+def _labels(args: argparse.Namespace) -> int:
+    loaded = _source(args, _node_labels(args.node_label)).poll()
+    assert loaded is not None  # a first poll always returns the config
+    inv = _discover(args.fake)
+    plan_resources(inv, loaded.config)  # a config this node cannot serve is an error here too
+    patch = report.node_patch(inv, loaded.config, {})
+    print(json.dumps({"config": loaded.name, "labels": dict(sorted(patch.labels.items())),
+                      "annotations": dict(patch.annotations), "capacity": dict(patch.capacity)}, indent=2))
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.kubeconfig:
+        raise UsageError("--kubeconfig: the agent's Kubernetes API client is not built yet (see docs/agent.md); "
+                         "run without it to serve the kubelet and write node state to --state-file/--nfd-file")
+    if not args.node_name:
+        raise UsageError("--node-name is required (or set NODE_NAME)")
+    if not args.kubelet_dir.is_dir():
+        raise UsageError(f"--kubelet-dir {args.kubelet_dir}: no such directory")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    labels = _node_labels(args.node_label)
+    api = OfflineNodeApi(args.state_file, args.nfd_file, labels)
+    agent = Agent(lambda: _backend(args.fake), api, _source(args, labels),
+                  AgentOptions(args.node_name, args.kubelet_dir, metrics_port=args.metrics_port))
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        agent.stop()
+
+    try:
+        agent.start()
+    except BackendError as exc:
+        raise UsageError(str(exc)) from None
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"gpufleet agent: serving {', '.join(p.plan.resource for p in agent.plugins) or 'nothing (idle)'} "
+          f"for node {args.node_name}", file=sys.stderr)
+    agent.wait()
+    return 0

@@ -1,0 +1,73 @@
+"""Shared pieces of the agent tests: short socket directories, a kubelet peer, a virtual clock."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from gpufleet.agent import configsource, fake
+from gpufleet.agent.kube import FakeNodeApi, PodView
+from gpufleet.agent.runtime import Agent, AgentOptions
+
+from .kubelet import FakeKubelet
+
+NODE = "gpu-node-1"
+
+
+class FakeClock:
+    """Virtual time for the health quiet period: tests advance it instead of sleeping."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    """A short directory under /tmp: unix socket paths must stay under 108 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="gf-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def kubelet(sock_dir: Path) -> Iterator[FakeKubelet]:
+    k = FakeKubelet(sock_dir)
+    k.start()
+    yield k
+    k.stop()
+
+
+AgentFactory = Callable[..., tuple[Agent, fake.FakeBackend, FakeNodeApi]]
+
+
+@pytest.fixture
+def make_agent(sock_dir: Path, tmp_path: Path) -> Iterator[AgentFactory]:
+    """Start an agent on a fixture with a config text; every agent is stopped at teardown."""
+    agents: list[Agent] = []
+
+    def factory(fixture: str = "h100-sxm-8", config: str = "", pods: tuple[PodView, ...] = (),
+                clock: FakeClock | None = None, **options: float) -> tuple[Agent, fake.FakeBackend, FakeNodeApi]:
+        config_file = tmp_path / "config.yaml"
+        config_file.write_text(config)
+        backend = fake.load_fixture(fixture)
+        api = FakeNodeApi(pods=pods)
+        agent = Agent(lambda: backend, api, configsource.ConfigSource(config_file),
+                      AgentOptions(NODE, sock_dir, metrics_port=0, health_poll_s=0.05, **options),
+                      clock=clock or FakeClock(), dev_exists=lambda path: path.endswith(("nvidiactl", "nvidia-uvm")))
+        agent.start()
+        agents.append(agent)
+        return agent, backend, api
+
+    yield factory
+    for a in agents:
+        a.stop()
