@@ -1,0 +1,132 @@
+"""`gpufleet simulate`, `gpufleet compare` and `gpufleet experiment fgd`.
+
+All three replay a workload through the FGD packing experiment on the shared core. The
+workload is the built-in default (synthetic, from openb's published statistics) unless
+`--variant` (with `--trace-dir` or GPUFLEET_TRACE_DIR) or `--nodes`/`--pods` files name a
+real trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from gpufleet.cli.main import UsageError
+from gpufleet.sim import compare, report
+from gpufleet.sim.default_workload import default_workload
+from gpufleet.sim.policies import PAPER_POLICIES, POLICIES
+from gpufleet.sim.traces import openb, trace_dir
+from gpufleet.sim.workload import Workload
+
+FGD_MAX_PODS = 1001
+"""The FGD simulator's per-node pod limit (so CPU and GPU, not pod count, bind)."""
+
+
+def add_parser(sub: Any) -> None:
+    for name, help_text, func in (
+        ("simulate", "run one policy on a workload and print its table", _simulate),
+        ("compare", "run several policies x seeds, write JSON/CSV/HTML reports", _compare),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        _workload_args(p)
+        if name == "simulate":
+            p.add_argument("--policy", default="fgd", help=f"one of {', '.join(POLICIES)}")
+            p.add_argument("--seed", type=int, default=42)
+        else:
+            p.add_argument("--policies", default=",".join(PAPER_POLICIES))
+            p.add_argument("--seeds", type=int, default=3, help="number of seeds, 42 upwards (paper: 10)")
+            p.add_argument("--out", type=Path, default=Path("reports/default"))
+            p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+        p.set_defaults(func=func)
+    exp = sub.add_parser("experiment", help="published experiments")
+    exp_sub = exp.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
+    fgd = exp_sub.add_parser("fgd", help="the FGD paper's packing experiment")
+    _workload_args(fgd)
+    fgd.add_argument("--policies", default=",".join(PAPER_POLICIES))
+    fgd.add_argument("--seeds", type=int, default=10)
+    fgd.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    fgd.add_argument("--json", type=Path, required=True, help="write the summary here")
+    fgd.set_defaults(func=_experiment)
+
+
+def _workload_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace-dir", help="directory holding the traces (default: $GPUFLEET_TRACE_DIR)")
+    p.add_argument("--variant", help="openb pod list variant (default, gpushare40, multigpu20, ...)")
+    p.add_argument("--nodes", type=Path, help="openb node list CSV")
+    p.add_argument("--pods", type=Path, help="openb pod list CSV")
+    p.add_argument("--scale", type=float, default=1.0, help="built-in default only: cluster size factor")
+
+
+def load_workload(args: argparse.Namespace) -> Workload:
+    if args.nodes or args.pods:
+        if not (args.nodes and args.pods):
+            raise UsageError("--nodes and --pods go together")
+        return openb.load(args.nodes, args.pods, max_pods=FGD_MAX_PODS)
+    if args.variant:
+        nodes, pods = openb.variant_files(trace_dir(args.trace_dir) / "alibaba-gpu-v2023-openb", args.variant)
+        return openb.load(nodes, pods, max_pods=FGD_MAX_PODS)
+    if not 0 < args.scale <= 4:
+        raise UsageError(f"--scale must be in (0, 4], got {args.scale}")
+    return default_workload(scale=args.scale, seed=0, max_pods=FGD_MAX_PODS)
+
+
+def _policies(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown or not names:
+        raise UsageError(f"unknown policy {unknown[0] if unknown else '(none)'}; known: {', '.join(POLICIES)}")
+    return names
+
+
+def _run(workload: Workload, policies: list[str], seeds: int, workers: int) -> compare.Summary:
+    from rich.progress import Progress
+
+    if seeds < 1:
+        raise UsageError("--seeds must be at least 1")
+    with Progress(transient=False) as progress:
+        task = progress.add_task(f"{workload.name}: {len(policies)} policies x {seeds} seeds",
+                                 total=len(policies) * seeds)
+        results = compare.run_all(workload, policies, list(range(42, 42 + seeds)), max(1, workers),
+                                  lambda _r: progress.advance(task))
+    return compare.summarise(results)
+
+
+def _meta(workload: Workload, seeds: int, seconds: float) -> dict[str, object]:
+    return {"workload": workload.name, "nodes": len(workload.nodes), "tasks": len(workload.jobs),
+            "gpus": workload.gpu_capacity_milli // 1000, "seeds": f"{seeds} (42..{41 + seeds})",
+            "seconds": round(seconds, 1)}
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    workload = load_workload(args)
+    summary = compare.summarise(compare.run_all(workload, _policies(args.policy), [args.seed], 1))
+    report.terminal_table(summary, f"{workload.name}: unallocated GPU % by arrived workload")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    workload = load_workload(args)
+    start = time.perf_counter()
+    summary = _run(workload, _policies(args.policies), args.seeds, args.workers)
+    meta = _meta(workload, args.seeds, time.perf_counter() - start)
+    args.out.mkdir(parents=True, exist_ok=True)
+    report.write_json(summary, args.out / "results.json", meta)
+    report.write_csv(summary, args.out / "results.csv")
+    report.write_html(summary, args.out / "report.html", f"gpufleet compare: {workload.name}", meta)
+    report.terminal_table(summary, f"{workload.name}: unallocated GPU % by arrived workload (mean ± sd)")
+    print(f"wrote {args.out}/report.html, results.json, results.csv")
+    return 0
+
+
+def _experiment(args: argparse.Namespace) -> int:
+    workload = load_workload(args)
+    start = time.perf_counter()
+    summary = _run(workload, _policies(args.policies), args.seeds, args.workers)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    report.write_json(summary, args.json, _meta(workload, args.seeds, time.perf_counter() - start))
+    report.terminal_table(summary, f"{workload.name}: unallocated GPU % (mean ± sd)")
+    print(f"wrote {args.json}")
+    return 0

@@ -1,0 +1,97 @@
+"""Reports of a comparison: terminal table, JSON, CSV and an HTML page with plots."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from gpufleet.sim.compare import Summary  # noqa: E402
+
+COLUMNS = ("90", "95", "100", "110", "120", "130")
+
+
+def table_rows(summary: Summary, metric: str = "unallocated_gpu_pct") -> list[list[str]]:
+    rows = []
+    for policy, metrics in summary.items():
+        cells = [policy]
+        for col in COLUMNS:
+            v = metrics[metric][col]
+            cells.append(f"{v['mean']:.2f} ± {v['sd']:.2f}")
+        rows.append(cells)
+    return rows
+
+
+def write_json(summary: Summary, path: Path, meta: dict[str, object]) -> None:
+    path.write_text(json.dumps({"meta": meta, "policies": summary}, indent=1))
+
+
+def write_csv(summary: Summary, path: Path) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["policy", "metric", "arrived_pct", "mean", "sd"])
+        for policy, metrics in summary.items():
+            for metric, buckets in metrics.items():
+                for b, v in buckets.items():
+                    w.writerow([policy, metric, b, v["mean"], v["sd"]])
+
+
+def _plot(summary: Summary, metric: str, ylabel: str, xmax: int) -> str:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for policy, metrics in summary.items():
+        xs = [int(b) for b in metrics[metric] if int(b) <= xmax]
+        mean = [metrics[metric][str(x)]["mean"] for x in xs]
+        sd = [metrics[metric][str(x)]["sd"] for x in xs]
+        ax.plot(xs, mean, label=policy)
+        ax.fill_between(xs, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], alpha=0.2)
+    ax.set_xlabel("arrived workload (% of cluster GPU capacity)")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def write_html(summary: Summary, path: Path, title: str, meta: dict[str, object]) -> None:
+    plots = [("Unallocated GPU % (lower is better; band = ±1 sd over seeds)", "unallocated_gpu_pct", "unallocated GPU %", 130),
+             ("Fragmented GPU as % of capacity", "frag_gpu_pct", "fragmented GPU %", 100),
+             ("Fragmentation ratio (% of idle GPU that is fragmented)", "frag_ratio_pct", "fragmentation ratio %", 100)]
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in table_rows(summary))
+    head = "".join(f"<th>@{c}%</th>" for c in COLUMNS)
+    figures = "".join(f"<h2>{html.escape(t)}</h2><img src='data:image/png;base64,{_plot(summary, m, y, x)}'>"
+                      for t, m, y, x in plots)
+    meta_rows = "".join(f"<li>{html.escape(k)}: {html.escape(str(v))}</li>" for k, v in meta.items())
+    path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                    "<style>body{font-family:sans-serif;max-width:900px;margin:auto}td,th{padding:2px 8px}</style>"
+                    f"</head><body><h1>{html.escape(title)}</h1><ul>{meta_rows}</ul>"
+                    f"<h2>Unallocated GPU % by arrived workload (mean ± sd)</h2>"
+                    f"<table><tr><th>policy</th>{head}</tr>{rows}</table>{figures}</body></html>")
+
+
+def terminal_table(summary: Summary, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("policy")
+    for c in COLUMNS:
+        table.add_column(f"@{c}%", justify="right")
+    for row in table_rows(summary):
+        table.add_row(*row)
+    Console(stderr=True).print(table)
+
+
+def policies_in(summary: Summary) -> Sequence[str]:
+    return list(summary)
