@@ -66,7 +66,7 @@ def load_workload(args: argparse.Namespace) -> Workload:
             raise UsageError("--nodes and --pods go together")
         return openb.load(args.nodes, args.pods, max_pods=FGD_MAX_PODS)
     if args.variant:
-        nodes, pods = openb.variant_files(trace_dir(args.trace_dir) / "alibaba-gpu-v2023-openb", args.variant)
+        nodes, pods = openb.variant_files(trace_dir(args.trace_dir), args.variant)
         return openb.load(nodes, pods, max_pods=FGD_MAX_PODS)
     if not 0 < args.scale <= 4:
         raise UsageError(f"--scale must be in (0, 4], got {args.scale}")
