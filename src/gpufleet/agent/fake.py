@@ -101,6 +101,8 @@ def _parse(data: Mapping[str, Any]) -> tuple[dev.SystemInfo, tuple[dev.DeviceInf
     uuids = [str(s["uuid"]) for s in specs]
     peers: dict[int, set[int]] = {i: set() for i in range(len(specs))}
     for group in data.get("nvlink", []):
+        if any(i not in peers for i in group):
+            raise ValueError(f"nvlink group {group} names a GPU index beyond the {len(specs)} GPUs")
         for i in group:
             peers[i].update(j for j in group if j != i)
     return system, tuple(_device(i, s, tuple(uuids[j] for j in sorted(peers[i])))

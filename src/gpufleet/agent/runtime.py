@@ -117,11 +117,6 @@ class Agent:
         if self._backend is not None:
             self._backend.close()
 
-    def wait(self) -> None:
-        """Block until stop() (the CLI's main thread parks here)."""
-        while not self._stop.wait(1.0):
-            pass
-
     def sync_kubelet(self) -> None:
         """Serve again where our socket vanished; register again with a new kubelet."""
         kubelet = socket_identity(self.kubelet_socket)

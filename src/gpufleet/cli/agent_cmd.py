@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -146,16 +147,20 @@ def _run(args: argparse.Namespace) -> int:
     agent = Agent(lambda: _backend(args.fake), api, _source(args, labels),
                   AgentOptions(args.node_name, args.kubelet_dir, metrics_port=args.metrics_port))
 
-    def stop(signum: int, frame: FrameType | None) -> None:
-        agent.stop()
+    stopping = threading.Event()
 
+    def stop(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)  # before start(): a stop request during startup is kept
+    signal.signal(signal.SIGINT, stop)
     try:
         agent.start()
     except BackendError as exc:
         raise UsageError(str(exc)) from None
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     print(f"gpufleet agent: serving {', '.join(p.plan.resource for p in agent.plugins) or 'nothing (idle)'} "
           f"for node {args.node_name}", file=sys.stderr)
-    agent.wait()
+    while not stopping.wait(0.5):
+        pass
+    agent.stop()
     return 0

@@ -1,0 +1,82 @@
+"""`gpufleet agent ...` end to end: output, one-line errors, and `run` serving a kubelet."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpufleet.cli.main import main
+
+from .kubelet import FakeKubelet
+
+
+def test_inventory_json_prints_what_discovery_sees(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agent", "inventory", "--json", "--fake", "a100-mig"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["gpus"]) == 4 and data["gpus"][2]["mig"][0]["profile"] == "7g.40gb"
+
+
+def test_inventory_table_has_a_line_per_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agent", "inventory", "--fake", "h100-nvl-pairs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 5 and "nvlink=nvl1" in lines[-1]
+
+
+def test_labels_prints_labels_annotation_and_capacity(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("gpufleet: {fractions: true}")
+    assert main(["agent", "labels", "--fake", "h200-sxm-8", "--config", str(config)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H200"
+    assert out["capacity"] == {"gpufleet.io/gpu-memory": 8 * 143771}
+    assert "gpufleet.io/gpu-inventory" in out["annotations"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["agent", "inventory"], "no NVIDIA driver on this machine"),
+    (["agent", "inventory", "--fake", "b200"], "no such fixture"),
+    (["agent", "run", "--node-name", "n", "--kubeconfig", "k"], "Kubernetes API client is not built yet"),
+    (["agent", "run", "--kubelet-dir", "/nonexistent"], "--node-name is required"),
+    (["agent", "labels", "--fake", "a100-mig", "--node-label", "novalue"], "expected KEY=VALUE"),
+], ids=["no GPU driver", "an unknown fixture", "a kubeconfig, whose client does not exist yet",
+        "no node name", "a malformed node label"])
+def test_user_mistakes_are_one_line_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_labels_reports_a_config_the_node_cannot_serve(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("flags: {migStrategy: single}")
+    assert main(["agent", "labels", "--fake", "a100-mig", "--config", str(config)]) == 2
+    assert "needs every GPU in MIG mode" in capsys.readouterr().err
+
+
+def test_run_serves_a_kubelet_writes_node_state_and_stops_on_sigterm(
+        kubelet: FakeKubelet, sock_dir: Path, tmp_path: Path) -> None:
+    state = tmp_path / "node.json"
+    cmd = [sys.executable, "-m", "gpufleet.cli.main", "agent", "run", "--fake", "h100-sxm-8",
+           "--kubelet-dir", str(sock_dir), "--node-name", "n1", "--metrics-port", "0", "--state-file", str(state)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")})
+    try:
+        assert len(kubelet.endpoint("nvidia.com/gpu", timeout_s=15.0).next_list().devices) == 8
+        deadline = time.monotonic() + 5.0
+        while not state.exists() and time.monotonic() < deadline:  # written just after registering
+            time.sleep(0.02)
+        assert json.loads(state.read_text())["labels"]["nvidia.com/gpu.count"] == "8"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert "serving nvidia.com/gpu for node n1" in err
