@@ -7,7 +7,8 @@ import pytest
 from gpufleet.agent import devices as dev
 from gpufleet.agent import fake, inventory, xids
 from gpufleet.agent.config import HealthSettings
-from gpufleet.agent.health import HealthBoard, HealthTracker
+from gpufleet.agent.backend import BackendError
+from gpufleet.agent.health import HealthBoard, HealthMonitor, HealthTracker
 
 A100 = [f"GPU-3f8a1b2c-7d4e-4c5f-9a6b-0e1d2c3b4a0{i}" for i in range(1, 5)]
 
@@ -110,3 +111,27 @@ def test_the_board_wakes_waiters_on_publish() -> None:
     assert board.wait_change(board.version, 0.01) == 0
     board.publish({})
     assert board.wait_change(0, 0.01) == 1
+
+
+class _FlakyBackend:
+    """Fails its first wait (as an NVML event set that cannot be created would), then reports an XID."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def wait_event(self, timeout_s: float) -> dev.HealthEvent | None:
+        self.calls += 1
+        if self.calls == 1:
+            raise BackendError("nvmlEventSetCreate failed")
+        return xid(A100[3], 79) if self.calls == 2 else None
+
+
+def test_the_monitor_survives_a_failing_wait_and_publishes_later_faults() -> None:
+    board = HealthBoard()
+    monitor = HealthMonitor(_FlakyBackend(), _tracker(), board, lambda: 0.0, poll_s=0.01)  # type: ignore[arg-type]
+    monitor.start()
+    try:
+        assert board.wait_change(0, 2.0) == 1
+        assert set(board.faults()) == {A100[3]}
+    finally:
+        monitor.stop()

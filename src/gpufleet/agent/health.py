@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from gpufleet.agent import xids
-from gpufleet.agent.backend import GpuBackend
+from gpufleet.agent.backend import BackendError, GpuBackend
 from gpufleet.agent.config import HealthSettings
 from gpufleet.agent.devices import WHOLE_GPU, EventKind, HealthEvent
 from gpufleet.agent.inventory import NodeGpuInventory
@@ -141,7 +141,12 @@ class HealthMonitor:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            event = self._backend.wait_event(self._poll_s)
+            try:
+                event = self._backend.wait_event(self._poll_s)
+            except BackendError as exc:  # e.g. the event set cannot be created: retry, do not die
+                log.error("cannot watch GPU health: %s", exc)
+                self._stop.wait(self._poll_s)
+                continue
             now = self._clock()
             changed = False
             if event is not None:

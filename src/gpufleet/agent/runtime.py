@@ -68,8 +68,11 @@ class Agent:
         self.idle = False
         """True when the node has no usable driver and failOnInitError is false."""
         self._stop = threading.Event()
+        self._lock = threading.RLock()
+        """Serialises plugin restarts, config reloads and node writes (supervisor vs. callers)."""
         self._reported: tuple[int, str] | None = None
         self._owned_labels: frozenset[str] = frozenset()
+        self._failed_register: dict[str, tuple[int, int, int]] = {}
         self._monitor: health.HealthMonitor | None = None
         self._supervisor = threading.Thread(target=self._supervise, name="gpufleet-supervisor", daemon=True)
 
@@ -119,6 +122,10 @@ class Agent:
 
     def sync_kubelet(self) -> None:
         """Serve again where our socket vanished; register again with a new kubelet."""
+        with self._lock:
+            self._sync_kubelet()
+
+    def _sync_kubelet(self) -> None:
         kubelet = socket_identity(self.kubelet_socket)
         for p in self.plugins:
             if not p.socket_present():
@@ -129,10 +136,16 @@ class Agent:
                 try:
                     p.register(self.kubelet_socket, self.options.register_timeout_s)
                 except RegistrationError as exc:
-                    log.warning("%s", exc)
+                    if self._failed_register.get(p.plan.resource) != kubelet:  # once per kubelet, not every poll
+                        log.warning("%s (retrying every %.2f s)", exc, self.options.poll_s)
+                    self._failed_register[p.plan.resource] = kubelet
 
     def reload_config(self) -> bool:
         """Poll the config source; True if a new config was applied."""
+        with self._lock:
+            return self._reload_config()
+
+    def _reload_config(self) -> bool:
         try:
             loaded = self._source.poll()
             if loaded is None:
@@ -155,11 +168,15 @@ class Agent:
         for p in self.plugins:
             p.stop()
         self._start_plugins(plans)
-        self.report()
+        self._report()
         return True
 
     def report(self) -> None:
         """Write the node patch if health or config changed since the last successful write."""
+        with self._lock:
+            self._report()
+
+    def _report(self) -> None:
         state = (self.board.version, self.loaded.fingerprint)
         if state == self._reported:
             return
@@ -178,7 +195,7 @@ class Agent:
         self.plugins = [PluginServer(plan, self._ctx, self.options.kubelet_dir) for plan in plans]
         for p in self.plugins:
             p.start()
-        self.sync_kubelet()
+        self._sync_kubelet()
 
     def _supervise(self) -> None:
         next_config = time.monotonic() + self.options.config_poll_s
