@@ -40,7 +40,7 @@ def test_each_fault_gets_its_class(event: dev.HealthEvent, fault_class: xids.Fau
     assert (fault.fault_class, fault.reason) == (fault_class, reason)
 
 
-@pytest.mark.parametrize("code", xids.APPLICATION_XIDS)
+@pytest.mark.parametrize("code", xids.APPLICATION_XIDS, ids=lambda code: f"xid {code} is an application fault")
 def test_application_xids_are_ignored_by_default(code: int) -> None:
     t = _tracker()
     assert not t.record(xid(A100[3], code), 0.0) and not t.faults

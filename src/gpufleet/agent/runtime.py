@@ -81,7 +81,7 @@ class Agent:
         return self.options.kubelet_dir / KUBELET_SOCKET
 
     def start(self) -> None:
-        """Raises ConfigError, PlanError or BackendError when the agent cannot start."""
+        """Raises ConfigError, PlanError, BackendError, or OSError (metrics port) when the agent cannot start."""
         loaded = self._source.poll()
         assert loaded is not None  # the first poll always returns the config
         self.loaded = loaded
@@ -96,6 +96,8 @@ class Agent:
             return
         plans = plan_resources(self.inventory, loaded.config)
         self._log_warnings(loaded)
+        port = self.options.metrics_port
+        self.metrics.serve(loaded.config.gpufleet.metrics_port if port is None else port)  # OSError: port taken
         self._tracker = health.HealthTracker(loaded.config.gpufleet.health, self.inventory)
         self._ctx = PluginContext(self.options.node_name, loaded.config, self.inventory, self.board,
                                   AssignmentBook(self._api, self.options.node_name), self.metrics, self._dev_exists)
@@ -104,8 +106,6 @@ class Agent:
         self._monitor.start()
         self._start_plugins(plans)
         self.report()
-        port = self.options.metrics_port
-        self.metrics.serve(loaded.config.gpufleet.metrics_port if port is None else port)
         self._supervisor.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:

@@ -158,6 +158,8 @@ def _run(args: argparse.Namespace) -> int:
         agent.start()
     except BackendError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot serve metrics or sockets: {exc.strerror or exc}") from None
     print(f"gpufleet agent: serving {', '.join(p.plan.resource for p in agent.plugins) or 'nothing (idle)'} "
           f"for node {args.node_name}", file=sys.stderr)
     while not stopping.wait(0.5):

@@ -1,0 +1,76 @@
+"""Agent startup and failure handling outside the gRPC paths."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from gpufleet.agent import configsource, fake
+from gpufleet.agent.backend import BackendUnavailableError, GpuBackend
+from gpufleet.agent.config import ConfigError
+from gpufleet.agent.kube import FakeNodeApi
+from gpufleet.agent.runtime import Agent, AgentOptions
+
+from .conftest import AgentFactory
+
+
+def _no_driver() -> GpuBackend:
+    raise BackendUnavailableError("no NVIDIA driver on this machine")
+
+
+def _agent(tmp_path: Path, sock_dir: Path, config: str,
+           open_backend: Callable[[], GpuBackend] = _no_driver) -> Agent:
+    path = tmp_path / "c.yaml"
+    path.write_text(config)
+    return Agent(open_backend, FakeNodeApi(), configsource.ConfigSource(path),
+                 AgentOptions("n1", sock_dir, metrics_port=0))
+
+
+def test_without_a_driver_the_agent_fails_by_default(tmp_path: Path, sock_dir: Path) -> None:
+    with pytest.raises(BackendUnavailableError):
+        _agent(tmp_path, sock_dir, "").start()
+
+
+def test_without_a_driver_and_fail_on_init_error_off_the_agent_idles(tmp_path: Path, sock_dir: Path) -> None:
+    agent = _agent(tmp_path, sock_dir, "flags: {failOnInitError: false}")
+    agent.start()
+    try:
+        assert agent.idle and agent.plugins == []
+    finally:
+        agent.stop()
+
+
+def test_a_bad_config_at_startup_is_an_error(tmp_path: Path, sock_dir: Path) -> None:
+    backend = fake.load_fixture("h100-sxm-8")
+    with pytest.raises(ConfigError, match="flags.migStrategy"):
+        _agent(tmp_path, sock_dir, "flags: {migStrategy: all}", lambda: backend).start()
+
+
+def test_a_taken_metrics_port_fails_startup_before_serving(tmp_path: Path, sock_dir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        path = tmp_path / "c.yaml"
+        path.write_text("")
+        backend = fake.load_fixture("h100-sxm-8")
+        agent = Agent(lambda: backend, FakeNodeApi(), configsource.ConfigSource(path),
+                      AgentOptions("n1", sock_dir, metrics_port=taken.getsockname()[1]))
+        with pytest.raises(OSError):
+            agent.start()
+    assert not list(sock_dir.iterdir()), "nothing was served"
+
+
+def test_node_writes_are_retried_after_the_api_comes_back(make_agent: AgentFactory) -> None:
+    agent, backend, api = make_agent()
+    api.fail = True
+    backend.inject_xid("GPU-1d7a2c39-5c5e-4a0b-8f6e-2b1f0c3a9d01", 79)
+    time.sleep(0.4)  # the supervisor tries and fails at least once
+    api.fail = False
+    deadline = time.monotonic() + 2.0
+    while api.node.conditions["GpuUnhealthy"].status != "True":
+        assert time.monotonic() < deadline, "the node was not written after the API came back"
+        time.sleep(0.02)
