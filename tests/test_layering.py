@@ -1,0 +1,141 @@
+"""No lower layer of gpufleet imports a higher one (checked statically with `ast`).
+
+    model (0) <- framework (1) <- core (2) <- sim | kube | agent | autoscale (3) <- cli | web (4)
+
+The four layer-3 drivers do not import each other. `testing` (builders and fakes) may import
+anything except cli/web, and only cli/web may import it. The root `gpufleet` package counts
+as layer 0. Every import counts: inside functions and `if TYPE_CHECKING:` blocks too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGES = {"model": 0, "framework": 1, "core": 2, "sim": 3, "kube": 3, "agent": 3, "autoscale": 3,
+            "testing": 3.5, "cli": 4, "web": 4}
+DRIVERS = {"sim", "kube", "agent", "autoscale"}
+
+
+def top_package(module: str) -> str | None:
+    """`gpufleet.core.cycle` -> `core`; the root `gpufleet` -> ""; anything else -> None."""
+    parts = module.split(".")
+    if parts[0] != "gpufleet":
+        return None
+    return parts[1] if len(parts) > 1 else ""
+
+
+def layer(package: str) -> float:
+    return PACKAGES.get(package, 0 if package == "" else -1)
+
+
+def imported_modules(module: str, source: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, absolute module) for every import in `source`, relative imports resolved."""
+    here = module.split(".") if is_package else module.split(".")[:-1]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if node.module is None or target == "gpufleet":
+                # `from gpufleet import core`, `from .. import core`: the names are the modules
+                found.extend((node.lineno, f"{target}.{alias.name}") for alias in node.names)
+            else:
+                found.append((node.lineno, target))
+    return found
+
+
+def violations(module: str, source: str, is_package: bool = False) -> list[str]:
+    """Layering violations of one module, as readable lines."""
+    mine = top_package(module)
+    assert mine is not None, module
+    out = []
+    for line, target in imported_modules(module, source, is_package):
+        theirs = top_package(target)
+        if theirs is None or theirs == mine or (theirs not in PACKAGES and theirs != ""):
+            continue
+        bad = (layer(theirs) > layer(mine)
+               or (mine in DRIVERS and theirs in DRIVERS)
+               or (theirs == "testing" and layer(mine) < 4)
+               or (mine == "testing" and layer(theirs) >= 4))
+        if bad:
+            out.append(f"{module}:{line} imports {target} ({mine or 'gpufleet'} may not import {theirs})")
+    return out
+
+
+def _modules() -> list[tuple[str, Path]]:
+    found = []
+    for path in sorted((SRC / "gpufleet").rglob("*.py")):
+        rel = path.relative_to(SRC).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found.append((".".join(parts), path))
+    return found
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {p.name for p in (SRC / "gpufleet").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages <= set(PACKAGES), f"give these packages a layer: {sorted(packages - set(PACKAGES))}"
+    assert {"model", "framework", "core"} <= packages
+
+
+def test_no_lower_layer_imports_a_higher_one() -> None:
+    modules = _modules()
+    assert len(modules) > 20
+    problems = [v for name, path in modules
+                for v in violations(name, path.read_text(encoding="utf-8"), path.name == "__init__.py")]
+    assert problems == []
+
+
+FAKES: list[tuple[str, str, str, bool, list[str]]] = [
+    ("the model importing the core is caught",
+     "gpufleet.model.fake", "import numpy\nfrom gpufleet.core.cycle import schedule\n", False,
+     ["gpufleet.model.fake:2 imports gpufleet.core.cycle (model may not import core)"]),
+    ("an import hidden in a function is caught",
+     "gpufleet.framework.fake", "def f():\n    import gpufleet.sim.workload\n", False,
+     ["gpufleet.framework.fake:2 imports gpufleet.sim.workload (framework may not import sim)"]),
+    ("a relative import reaching up is resolved and caught",
+     "gpufleet.framework.plugins.fake", "from ...core import cycle\n", False,
+     ["gpufleet.framework.plugins.fake:1 imports gpufleet.core (framework may not import core)",]),
+    ("`from gpufleet import cli` names the cli package",
+     "gpufleet.core.fake", "from gpufleet import cli\n", False,
+     ["gpufleet.core.fake:1 imports gpufleet.cli (core may not import cli)"]),
+    ("one driver importing another is caught",
+     "gpufleet.sim.fake", "from gpufleet.agent import devices\n", False,
+     ["gpufleet.sim.fake:1 imports gpufleet.agent (sim may not import agent)",]),
+    ("the testing helpers importing the cli are caught",
+     "gpufleet.testing.fake", "import gpufleet.web.app\n", False,
+     ["gpufleet.testing.fake:1 imports gpufleet.web.app (testing may not import web)"]),
+    ("the core importing the testing helpers is caught",
+     "gpufleet.core.fake", "from gpufleet.testing import make_pod\n", False,
+     ["gpufleet.core.fake:1 imports gpufleet.testing (core may not import testing)",]),
+    ("the root package importing a layer is caught",
+     "gpufleet", "from gpufleet.framework import profile\n", True,
+     ["gpufleet:1 imports gpufleet.framework (gpufleet may not import framework)",]),
+    ("a package __init__ resolves `from .` to itself",
+     "gpufleet.model", "from . import cluster\nfrom .. import core\n", True,
+     ["gpufleet.model:2 imports gpufleet.core (model may not import core)"]),
+    ("downward imports are allowed", "gpufleet.cli.fake",
+     "from gpufleet.core.cycle import schedule\nfrom gpufleet.sim import workload\nfrom gpufleet.testing import "
+     "make_pod\nfrom gpufleet import __version__\nimport numpy, yaml\n", False, []),
+    ("a driver may import the core, framework and model", "gpufleet.kube.fake",
+     "from gpufleet.core import cycle\nfrom gpufleet.framework.status import Code\nimport gpufleet.model\n", False, []),
+    ("the testing helpers may import the drivers", "gpufleet.testing.fake",
+     "from gpufleet.sim.workload import Job\nfrom gpufleet.model import PodSpec\n", False, []),
+]
+
+
+@pytest.mark.parametrize(("module", "source", "is_package", "expected"), [c[1:] for c in FAKES],
+                         ids=[c[0] for c in FAKES])
+def test_the_checker_catches_violations_in_fake_modules(module: str, source: str, is_package: bool,
+                                                        expected: list[str]) -> None:
+    assert violations(module, source, is_package) == expected
