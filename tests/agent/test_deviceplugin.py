@@ -290,6 +290,19 @@ def test_an_assignment_is_used_once(kubelet: FakeKubelet, make_agent: AgentFacto
         ep.allocate([f"{NVL[0]}::{k}" for k in range(500, 1000)])
 
 
+def test_fraction_is_refused_as_unavailable_while_the_api_is_unreachable(
+        kubelet: FakeKubelet, make_agent: AgentFactory) -> None:
+    _, _, api = make_agent("h100-nvl-pairs", config="gpufleet: {fractions: true}",
+                           pods=(pod("infer", ann.GpuAssignment(NODE, (NVL[0],), 500)),))
+    ep = kubelet.endpoint("gpufleet.io/gpu-milli")
+    api.fail = True
+    tokens = [f"{NVL[1]}::{k}" for k in range(500)]
+    assert len(ep.preferred(tokens + [f"{NVL[1]}::{k}" for k in range(500, 1000)], 500)) == 500, "topology fallback"
+    with pytest.raises(grpc.RpcError) as info:
+        ep.allocate(tokens)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
 def test_preferred_allocation_picks_an_nvlink_connected_pair(kubelet: FakeKubelet, make_agent: AgentFactory) -> None:
     make_agent("h100-nvl-pairs")
     ep = kubelet.endpoint("nvidia.com/gpu")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpufleet.agent import devices as dev
@@ -135,3 +137,15 @@ def test_the_monitor_survives_a_failing_wait_and_publishes_later_faults() -> Non
         assert set(board.faults()) == {A100[3]}
     finally:
         monitor.stop()
+
+
+def test_the_default_xid_sets_are_nvidias_ignored_ones_and_the_recoverable_catalog_entries() -> None:
+    assert xids.APPLICATION_XIDS == (13, 31, 43, 45, 68, 109)
+    assert xids.RECOVERABLE_XIDS == (63, 92, 94)
+
+
+def test_docs_health_table_lists_every_catalog_xid_with_its_class() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "health.md").read_text()
+    for code, (meaning, cls) in xids.CATALOG.items():
+        label = "application (ignored)" if cls is xids.FaultClass.APPLICATION else cls.value
+        assert f"| {code} | {meaning} | {label} |" in doc, code

@@ -33,7 +33,9 @@ def test_an_unreachable_fake_api_raises_the_access_error() -> None:
 def test_offline_api_writes_node_state_and_an_nfd_feature_file(tmp_path: Path) -> None:
     api = OfflineNodeApi(tmp_path / "node.json", tmp_path / "gfd", labels={"nvidia.com/device-plugin.config": "x"})
     api.patch_node(NodePatch(labels={"nvidia.com/gpu.count": "8"}, annotations={"k": "v"}))
-    assert api.node_labels() == {"nvidia.com/device-plugin.config": "x"} and api.pods_on_node() == []
+    assert api.node_labels() == {"nvidia.com/device-plugin.config": "x"}
+    with pytest.raises(KubeAccessError, match="no Kubernetes API access"):
+        api.pods_on_node()
     state = json.loads((tmp_path / "node.json").read_text())
     assert state["labels"] == {"nvidia.com/gpu.count": "8"} and state["annotations"] == {"k": "v"}
     assert (tmp_path / "gfd").read_text() == "nvidia.com/gpu.count=8\n"

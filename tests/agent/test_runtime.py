@@ -74,3 +74,12 @@ def test_node_writes_are_retried_after_the_api_comes_back(make_agent: AgentFacto
     while api.node.conditions["GpuUnhealthy"].status != "True":
         assert time.monotonic() < deadline, "the node was not written after the API came back"
         time.sleep(0.02)
+
+
+def test_stop_removes_the_sockets_and_releases_the_backend(tmp_path: Path, sock_dir: Path) -> None:
+    backend = fake.load_fixture("h100-sxm-8")
+    agent = _agent(tmp_path, sock_dir, "", lambda: backend)
+    agent.start()
+    assert (sock_dir / "gpufleet-gpu.sock").exists()
+    agent.stop()
+    assert backend.closed and not (sock_dir / "gpufleet-gpu.sock").exists()

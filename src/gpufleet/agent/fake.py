@@ -57,6 +57,7 @@ class FakeBackend:
         self._events: deque[dev.HealthEvent] = deque()
         self._cond = threading.Condition()
         self.closed = False
+        """Set by close(); tests check that the agent released its backend."""
 
     def system(self) -> dev.SystemInfo:
         return self._system

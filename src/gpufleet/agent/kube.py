@@ -7,8 +7,9 @@ Requests are plain data (`NodePatch`) built before any I/O. The live client belo
 `kube/` package, which is not built yet; here are:
 
 * `FakeNodeApi` - an in-memory node and pod list for tests;
-* `OfflineNodeApi` - for `gpufleet agent run` without a cluster: no pods, and the node
-  state the agent *would* write goes to a JSON file and, optionally, an NFD feature file
+* `OfflineNodeApi` - for `gpufleet agent run` without a cluster: reading pods fails (so
+  fractions are refused with that reason, and preferences fall back to topology), and the
+  node state the agent *would* write goes to a JSON file and, optionally, an NFD feature file
   (`key=value` lines, the way GPU feature discovery hands labels to node-feature-discovery).
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping, Protocol, Sequence
@@ -150,17 +151,13 @@ class FakeNodeApi:
             self.patches.append(patch)
             self.node.apply(patch)
 
-    def set_phase(self, uid: str, phase: str) -> None:
-        with self._lock:
-            self.pods = [replace(p, phase=phase) if p.uid == uid else p for p in self.pods]
-
     def _check(self) -> None:
         if self.fail:
             raise KubeAccessError("fake API server unreachable")
 
 
 class OfflineNodeApi:
-    """No API server: no pods, static labels, node writes recorded to files."""
+    """No API server: static labels, pods unreadable, node writes recorded to files."""
 
     def __init__(self, state_file: Path | None = None, nfd_file: Path | None = None,
                  labels: Mapping[str, str] | None = None) -> None:
@@ -173,7 +170,8 @@ class OfflineNodeApi:
         return dict(self._labels)
 
     def pods_on_node(self) -> Sequence[PodView]:
-        return []
+        raise KubeAccessError("no Kubernetes API access (the agent's API client is not built yet), "
+                              "so the scheduler's assignments cannot be read")
 
     def patch_node(self, patch: NodePatch) -> None:
         self.node.apply(patch)

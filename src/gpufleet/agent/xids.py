@@ -28,12 +28,6 @@ class FaultClass(str, Enum):
     """The GPU is gone from the bus (or NVML lost track of all GPUs); needs a reboot."""
 
 
-APPLICATION_XIDS: tuple[int, ...] = (13, 31, 43, 45, 68, 109)
-"""Ignored by default, as in NVIDIA's device plugin."""
-RECOVERABLE_XIDS: tuple[int, ...] = (63, 92, 94)
-"""Recover after the quiet period by default."""
-NODE_XIDS: tuple[int, ...] = (79,)
-
 CATALOG: dict[int, tuple[str, FaultClass]] = {
     13: ("Graphics engine exception", FaultClass.APPLICATION),
     31: ("GPU memory page fault", FaultClass.APPLICATION),
@@ -53,7 +47,19 @@ CATALOG: dict[int, tuple[str, FaultClass]] = {
     120: ("GSP error", FaultClass.RESET),
     140: ("Unrecovered ECC error", FaultClass.RESET),
 }
-"""Documented XIDs. An XID not listed here is treated as RESET, as NVIDIA's plugin does."""
+"""Documented XIDs (docs/health.md shows this table; a test keeps them equal). An XID not
+listed here is treated as RESET, as NVIDIA's plugin does."""
+
+
+def _xids_of(cls: FaultClass) -> tuple[int, ...]:
+    return tuple(x for x, (_, c) in CATALOG.items() if c is cls)
+
+
+APPLICATION_XIDS = _xids_of(FaultClass.APPLICATION)
+"""Ignored by default: 13, 31, 43, 45, 68, 109, as in NVIDIA's device plugin."""
+RECOVERABLE_XIDS = _xids_of(FaultClass.RECOVERABLE)
+"""Recover after the quiet period by default."""
+NODE_XIDS = _xids_of(FaultClass.NODE)
 
 
 def classify(kind: EventKind, xid: int | None, ignored: frozenset[int],
