@@ -60,3 +60,15 @@ def test_labels_the_agent_no_longer_computes_are_removed_and_foreign_labels_kept
 def test_fractions_advertise_gpu_memory_capacity_in_mib() -> None:
     patch = node_patch(_inv(), configsource.load_text("gpufleet: {fractions: true}", "c"), {})
     assert patch.capacity == {ann.GPU_MEMORY_RESOURCE: 8 * 81559}
+
+
+def test_a_faulty_mig_device_reports_its_gpu_unhealthy_in_the_inventory() -> None:
+    backend = fake.load_fixture("a100-mig")
+    inv = inventory.inventory(backend.system(), backend.devices())
+    mig = inv.gpus[1].mig_slices[3].uuid
+    patch = node_patch(inv, configsource.load_text("flags: {migStrategy: mixed}", "c"),
+                       {mig: Fault(mig, xids.FaultClass.RESET, "xid-48", 0.0)})
+    text = patch.annotations[ann.INVENTORY_ANNOTATION]
+    assert text is not None
+    assert [g.healthy for g in ann.decode_inventory(text)] == [True, False, True, True]
+    assert patch.taints[0].key == TAINT_PREFIX + mig

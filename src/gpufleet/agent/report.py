@@ -2,7 +2,9 @@
 
 * GFD labels (`labels.gfd_labels`); labels the agent set before and no longer computes are
   removed, labels it never set are left alone.
-* The `gpufleet.io/gpu-inventory` annotation, with each GPU's health.
+* The `gpufleet.io/gpu-inventory` annotation, with each GPU's health. The contract has no
+  per-MIG-slice health, so a faulty MIG device reports its whole GPU unhealthy: the
+  scheduler then avoids the GPU's healthy slices too, rather than placing on the broken one.
 * The node condition `GpuUnhealthy` (True while any device is faulty; the message names
   each device, its fault and class), always written so that it also clears.
 * One taint per faulty device, `unhealthy.gpufleet.io/<device UUID>=<fault>`, with the
@@ -33,7 +35,8 @@ def node_patch(inv: NodeGpuInventory, config: cfg.AgentConfig, faults: Mapping[s
                previous_labels: frozenset[str] = frozenset()) -> NodePatch:
     labels: dict[str, str | None] = dict.fromkeys(previous_labels)
     labels.update(gfd_labels(inv, config))
-    unhealthy_gpus = frozenset(d for d in faults if inv.gpu(d) is not None)
+    unhealthy_gpus = frozenset(g.uuid for g in inv.gpus
+                               if g.uuid in faults or any(s.uuid in faults for s in g.mig_slices))
     annotations: dict[str, str | None] = {
         ann.INVENTORY_ANNOTATION: ann.encode_inventory(to_annotation(inv, unhealthy_gpus))}
     effect = config.gpufleet.health.taint_effect
