@@ -7,8 +7,9 @@ plugin for each `deviceListStrategy` (envvar, volume-mounts, cdi-annotations, cd
 
 * MPS replicas get per-container limits of `1/replicas` of the GPU's memory and threads,
   set with the MPS client variables CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (per visible device
-  ordinal) and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; NVIDIA's plugin leaves those to the
-  daemon's defaults, which cannot tell two pods apart.
+  ordinal) and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE. NVIDIA's plugin relies on the daemon's
+  defaults alone, which are the same for every client; setting them per container is what
+  lets a fraction get a share of its own.
 * A fraction (`FractionGrant`) gets the scheduler's GPU, a memory limit when the pod asked
   for `gpufleet.io/gpu-memory`, a thread share of ceil(milli/10) percent under MPS, and
   GPUFLEET_GPU_MILLI / GPUFLEET_GPU_MEMORY_MIB so frameworks can limit themselves where MPS
