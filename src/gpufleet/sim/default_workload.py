@@ -88,16 +88,19 @@ DURATION_LOG_SIGMA = 1.877
 """Log-normal fit of openb task durations in seconds (see the module docstring)."""
 
 
-def default_workload(scale: float = 1.0, seed: int = 0, *, load: float = 0.9, max_pods: int = 110) -> Workload:
+def default_workload(scale: float = 1.0, seed: int = 0, *, load: float = 0.9, max_pods: int = 110,
+                     tasks: int | None = None) -> Workload:
     """The synthetic openb-like workload. scale 1.0 = 1213 nodes and 8152 tasks.
 
     `load` is the offered GPU load that sets the arrival rate for time-driven replay;
-    `max_pods` is each node's pod limit (FGD's simulator used 1001).
+    `max_pods` is each node's pod limit (FGD's simulator used 1001). `tasks` overrides the
+    number of tasks (same mix): a time-driven replay needs many more tasks than fit at once
+    to reach a steady state where queueing matters.
     """
     if not (math.isfinite(scale) and scale > 0) or not (math.isfinite(load) and load > 0):
         raise ModelError("default workload", f"scale and load must be positive numbers, got {scale}, {load}")
     nodes = _nodes(round(OPENB_NODES * scale), max_pods)
-    specs = _task_specs(round(OPENB_TASKS * scale))
+    specs = _task_specs(tasks if tasks is not None else round(OPENB_TASKS * scale))
     if not nodes or not specs:
         raise ModelError("default workload: scale", f"{scale} leaves no nodes or no tasks; use at least "
                                                     f"{1 / OPENB_NODES:.5f}")

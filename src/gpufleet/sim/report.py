@@ -90,8 +90,50 @@ def terminal_table(summary: Summary, title: str) -> None:
         table.add_column(f"@{c}%", justify="right")
     for row in table_rows(summary):
         table.add_row(*row)
-    Console(stderr=True).print(table)
+    Console(stderr=True, width=150).print(table)
 
 
 def policies_in(summary: Summary) -> Sequence[str]:
     return list(summary)
+
+
+TIME_COLUMNS = ("jct_mean_s", "jct_p50_s", "jct_p99_s", "wait_mean_s", "wait_p99_s", "wait_max_s",
+                "makespan_over_bound", "gpu_utilisation_while_arriving")
+
+
+def time_table(summary: dict[str, dict[str, dict[str, float]]], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("policy")
+    for c in TIME_COLUMNS:
+        table.add_column(c, justify="right")
+    for policy, metrics in summary.items():
+        table.add_row(policy, *(f"{metrics[c]['mean']:.3g}" for c in TIME_COLUMNS))
+    Console(stderr=True, width=150).print(table)
+
+
+def write_time_html(summary: dict[str, dict[str, dict[str, float]]],
+                    curves: dict[str, list[tuple[float, float]]], path: Path, title: str,
+                    meta: dict[str, object]) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for policy, points in curves.items():
+        ax.step([t / 3600 for t, _ in points], [u * 100 for _, u in points], where="post", label=policy)
+    ax.set_xlabel("time (hours)")
+    ax.set_ylabel("GPU allocated (%)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    img = base64.b64encode(buf.getvalue()).decode()
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in TIME_COLUMNS)
+    rows = "".join(f"<tr><td>{html.escape(p)}</td>" + "".join(
+        f"<td>{m[c]['mean']:.4g} ± {m[c]['sd']:.2g}</td>" for c in TIME_COLUMNS) + "</tr>" for p, m in summary.items())
+    meta_rows = "".join(f"<li>{html.escape(k)}: {html.escape(str(v))}</li>" for k, v in meta.items())
+    path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+                    f"<body style='font-family:sans-serif'><h1>{html.escape(title)}</h1><ul>{meta_rows}</ul>"
+                    f"<table><tr><th>policy</th>{head}</tr>{rows}</table>"
+                    f"<h2>GPU utilisation over time (first seed)</h2><img src='data:image/png;base64,{img}'></body></html>")
