@@ -167,8 +167,6 @@ def test_a_gang_without_a_pod_group_needs_all_its_pending_members() -> None:
     assert _why(result)["g0"] == ("pod group default/g: only 2 of minMember 3 pods could be placed together",)
 
 
-@pytest.mark.xfail(strict=True, reason="core/cycle.py run_gang: without a PodGroup, need = len(pending) - running, "
-                                       "so running members lower a requirement that was only ever the pending count")
 def test_a_gang_without_a_pod_group_still_needs_all_pending_members_when_some_run() -> None:
     snap = _snap([make_node("a").gpus(2).build()], [_hold("old", "a", (0,), group="default/g")])
     result = _run(snap, _gang(2))

@@ -94,8 +94,6 @@ def test_fgd_device_choice_is_used_when_several_nodes_are_feasible() -> None:
     assert bound(result) == {"p": ("a", (0,))}
 
 
-@pytest.mark.xfail(strict=True, reason="core/cycle.py _select skips scoring when one node is feasible, so FGD's "
-                                       "device choice is never made and the default (tightest) device is used")
 def test_fgd_device_choice_is_used_when_one_node_is_feasible() -> None:
     result = run(ONE_NODE, [make_pod("p").cpu(0).fraction(250).build()], "FGD", running=ONE_NODE_RUNNING,
                  tasks=SMALL_TASK)

@@ -97,8 +97,9 @@ class _Cycle:
         return np.flatnonzero(mask)
 
     def _select(self, pod: PodSpec, nodes: np.ndarray) -> int:
-        if len(nodes) == 1 or not self.profile.scores:
+        if not self.profile.scores:
             return int(nodes[0])
+        # Score even a single feasible node: a scorer may also be the device picker (FGD).
         total: np.ndarray | None = None
         for (plugin, weight), normalize in zip(self.profile.scores, self.normalizing):
             scores = plugin.score(self.state, pod, self.view, nodes)
@@ -148,7 +149,8 @@ class _Cycle:
         group_key = members[0].pod_group or ""
         group = self.snapshot.pod_groups.get(group_key)
         running = sum(1 for p in self.snapshot.placements.values() if p.pod_group == group_key)
-        need = (group.min_member if group else len(members)) - running
+        # Without a PodGroup object the gang is the pending members themselves: all of them.
+        need = group.min_member - running if group else len(members)
         placed: list[tuple[PodSpec, Placement]] = []
         failures: dict[PodUid, Status] = {}
         for pod in members:

@@ -53,5 +53,7 @@ def default_registry() -> Mapping[str, Entry]:
         "Random": _plain(fgd_baselines.RandomScore),
         fgd.NAME: Entry(lambda args, ctx: fgd.Fgd(fgd.FgdArgs(ctx.typical_tasks)), NoArgs),
         frag_aware.NAME: Entry(lambda args, ctx: frag_aware.FragAware(frag_aware.FragAwareArgs(ctx.typical_tasks))),
+        "FragAwareBF": Entry(lambda args, ctx: frag_aware.FragAware(frag_aware.FragAwareArgs(ctx.typical_tasks), "bf_first")),
+        "FragAwareBFW": Entry(lambda args, ctx: frag_aware.FragAware(frag_aware.FragAwareArgs(ctx.typical_tasks), "bf_whole")),
         topology.NAME: Entry(lambda args, ctx: topology.Topology(args), topology.TopologyArgs),
     }

@@ -18,7 +18,9 @@ POLICIES: dict[str, tuple[ScoreRef, ...]] = {
     "packing": (ScoreRef("GpuPacking"),),
     "bestfit": (ScoreRef("BestFit"),),
     "fgd": (ScoreRef("FGD"),),
-    "gpufleet": (ScoreRef("FragAware"), ScoreRef("BestFit", 1.0)),
+    "gpufleet": (ScoreRef("FragAware"),),
+    "bf_first": (ScoreRef("FragAwareBF"),),
+    "bf_whole": (ScoreRef("FragAwareBFW"),),
 }
 PAPER_POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd")
 """The FGD paper's policies. `gpufleet` (exact fragmentation change plus best-fit packing) is

@@ -26,8 +26,9 @@ from gpufleet.model import GPU_MILLI, Cluster, GpuKind, PodSpec
 
 NAME = "FGD"
 
-ScoreFn = Callable[[F64, F64], FloatArray]
-"""(F_before, F_after) per option -> score; higher is better."""
+ScoreFn = Callable[[F64, F64, F64, np.ndarray], FloatArray]
+"""(F_before, F_after, milli left on the chosen device, free milli per device after) per
+option -> score; higher is better."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +37,7 @@ class FgdArgs:
     """The task distribution; drivers pass it (the simulator from the trace, as the paper)."""
 
 
-def fgd_score(before: F64, after: F64) -> FloatArray:
+def fgd_score(before: F64, after: F64, leftover: F64, rows: np.ndarray) -> FloatArray:
     result: FloatArray = np.trunc(100.0 / (1.0 + np.exp(-(before - after) / 1000.0)))
     return result
 
@@ -101,7 +102,8 @@ class FragScorer:
         before = model.batch(model_id, u.free_cpu[nodes], free)
         rows, owner, dev = _options(pod, free, c.gpu_mem[nodes] - u.gpu_used_mem[nodes])
         after = model.batch(model_id[owner], u.free_cpu[nodes][owner] - pod.cpu_milli, rows)
-        option_score = self.score_fn(before[owner], after)
+        leftover = np.where(dev >= 0, rows[np.arange(len(dev)), np.maximum(dev, 0)], 0).astype(np.float64)
+        option_score = self.score_fn(before[owner], after, leftover, rows)
         best = np.full(len(nodes), -np.inf)
         np.maximum.at(best, owner, option_score)
         # Options are in (row, device) order; keep the first best per row, as the artifact does.
