@@ -82,3 +82,46 @@ def place(node: NaiveNode, pod: PodSpec, devices: tuple[int, ...], milli: int, g
     for j in devices:
         node.used[j] += milli
         node.gmem[j] += gpu_mem
+
+
+# -- FGD, per node and per typical task, as the paper's Go simulator computes it -------------
+
+def node_frag(cpu_free: int, free: list[int], model: str | None, tasks: list[tuple[int, int, int, frozenset[str], float]]) -> float:
+    """F_n = sum_m p_m * frag(n, m) for one node (see framework/plugins/fragmentation.py)."""
+    total = sum(free)
+    out = 0.0
+    for cpu, milli, num, models, p in tasks:
+        fits = (num > 0 and (not models or model in models) and cpu_free >= cpu
+                and sum(1 for f in free if f >= milli) >= num)
+        out += p * (sum(f for f in free if f < milli) if fits else total)
+    return out
+
+
+def fgd_pick(nodes: list[NaiveNode], pod: PodSpec, tasks: list[tuple[int, int, int, frozenset[str], float]]
+             ) -> tuple[NaiveNode, tuple[int, ...]] | None:
+    """The FGD choice by looping over nodes and devices in pure Python."""
+    import math
+
+    best: tuple[int, NaiveNode, tuple[int, ...]] | None = None
+    for node in nodes:
+        if not fits(node, pod):
+            continue
+        free = [GPU_MILLI - u for u in node.used]
+        before = node_frag(node.cpu, free, node.info.gpu_model, tasks)
+        g = pod.gpu
+        options: list[tuple[tuple[int, ...], list[int]]] = []
+        if g.kind is GpuKind.FRACTION:
+            for j, f in enumerate(free):
+                if f >= g.milli:
+                    options.append(((j,), free[:j] + [f - g.milli] + free[j + 1:]))
+        elif g.kind is GpuKind.WHOLE:
+            chosen = tuple(j for j, f in enumerate(free) if f == GPU_MILLI)[: g.count]
+            options.append((chosen, [0 if j in chosen else f for j, f in enumerate(free)]))
+        else:
+            options.append(((), free))
+        for devices, after_free in options:
+            after = node_frag(node.cpu - pod.cpu_milli, after_free, node.info.gpu_model, tasks)
+            score = int(100.0 / (1.0 + math.exp(-(before - after) / 1000.0)))
+            if best is None or score > best[0]:
+                best = (score, node, devices)
+    return None if best is None else (best[1], best[2])

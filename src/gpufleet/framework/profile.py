@@ -128,7 +128,7 @@ def _profile(raw: object, where: str, reg: Mapping[str, Entry]) -> ProfileSettin
         raise ProfileError(f"{where}.schedulerName: must be a non-empty string")
     plugins = _mapping(body.get("plugins", {}), f"{where}.plugins")
     _only(plugins, {"filter", "score"}, f"{where}.plugins")
-    filters = DEFAULT_FILTERS
+    filters: tuple[str, ...] = DEFAULT_FILTERS
     if "filter" in plugins:
         filters = tuple(_ref(r, f"{where}.plugins.filter.enabled[{i}]", reg, weighted=False).name
                         for i, r in enumerate(_enabled(plugins["filter"], f"{where}.plugins.filter")))

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 from gpufleet.framework.interfaces import Plugin
 from gpufleet.framework.plugins import fgd, fgd_baselines, frag_aware, gpu_fit, node_affinity, node_resources
-from gpufleet.framework.plugins import resource_alloc, taint_toleration, topology
+from gpufleet.framework.plugins import prefer_used, resource_alloc, taint_toleration, topology
 from gpufleet.framework.plugins.fragmentation import TypicalTask
 
 
@@ -52,8 +52,8 @@ def default_registry() -> Mapping[str, Entry]:
         "GpuClustering": _plain(fgd_baselines.GpuClustering),
         "Random": _plain(fgd_baselines.RandomScore),
         fgd.NAME: Entry(lambda args, ctx: fgd.Fgd(fgd.FgdArgs(ctx.typical_tasks)), NoArgs),
-        frag_aware.NAME: Entry(lambda args, ctx: frag_aware.FragAware(frag_aware.FragAwareArgs(ctx.typical_tasks))),
-        "FragAwareBF": Entry(lambda args, ctx: frag_aware.FragAware(frag_aware.FragAwareArgs(ctx.typical_tasks), "bf_first")),
-        "FragAwareBFW": Entry(lambda args, ctx: frag_aware.FragAware(frag_aware.FragAwareArgs(ctx.typical_tasks), "bf_whole")),
+        frag_aware.NAME: Entry(lambda args, ctx: frag_aware.FragAware(args, ctx.typical_tasks),
+                               frag_aware.FragAwareArgs),
+        prefer_used.NAME: _plain(prefer_used.PreferUsedNodes),
         topology.NAME: Entry(lambda args, ctx: topology.Topology(args), topology.TopologyArgs),
     }

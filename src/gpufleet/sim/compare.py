@@ -16,7 +16,7 @@ import numpy as np
 from gpufleet.sim import fgd_experiment
 from gpufleet.sim.workload import Workload
 
-Summary = dict[str, dict[str, dict[str, dict[str, float]]]]
+Summary = dict[str, dict[str, dict[str, dict[str, float | None]]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +66,15 @@ def run_all(workload: Workload, policies: Sequence[str], seeds: Sequence[int], w
     return results
 
 
+def _mean_sd(column: np.ndarray) -> dict[str, float | None]:
+    """Mean and sample sd over seeds; None where no seed reached the bucket (strict JSON has no NaN)."""
+    seen = column[~np.isnan(column)]
+    if len(seen) == 0:
+        return {"mean": None, "sd": None}
+    sd = float(np.std(seen, ddof=1)) if len(seen) > 1 else 0.0
+    return {"mean": round(float(np.mean(seen)), 4), "sd": round(sd, 4)}
+
+
 def summarise(results: Sequence[RunCurves]) -> Summary:
     out: Summary = {}
     for policy in dict.fromkeys(r.policy for r in results):
@@ -73,8 +82,5 @@ def summarise(results: Sequence[RunCurves]) -> Summary:
         out[policy] = {}
         for metric in fgd_experiment.METRICS:
             values = np.array([r.curves[metric] for r in runs])
-            mean = np.nanmean(values, axis=0)
-            sd = np.nanstd(values, axis=0, ddof=1) if len(runs) > 1 else np.zeros(values.shape[1])
-            out[policy][metric] = {str(b): {"mean": round(float(mean[b]), 4), "sd": round(float(sd[b]), 4)}
-                                   for b in range(values.shape[1])}
+            out[policy][metric] = {str(b): _mean_sd(values[:, b]) for b in range(values.shape[1])}
     return out

@@ -116,17 +116,16 @@ def run(workload: Workload, policy: str, seed: int, *, tune: float = 1.3,
 
 
 def bucketed(run_: FgdRun, metric: str, last: int = 130) -> F64:
-    """Mean of `metric` per integer arrived-% bucket 0..last; empty buckets use their ±1 neighbours."""
+    """Mean of `metric` per integer arrived-% bucket 0..last; an empty bucket takes the mean of its ±1 neighbours' means."""
     buckets = np.rint(run_.arrived_pct).astype(np.int64)
     values = run_.series[metric]
     sums = np.bincount(buckets, weights=values, minlength=last + 2)[: last + 2]
     counts = np.bincount(buckets, minlength=last + 2)[: last + 2]
-    out = np.full(last + 1, np.nan)
-    for b in range(last + 1):
-        if counts[b]:
-            out[b] = sums[b] / counts[b]
-        else:
-            lo, hi = max(b - 1, 0), b + 1
-            c = counts[lo] + counts[hi]
-            out[b] = (sums[lo] + sums[hi]) / c if c else np.nan
+    means = np.full(last + 2, np.nan)
+    seen = counts > 0
+    means[seen] = sums[seen] / counts[seen]
+    out = means[: last + 1].copy()
+    for b in np.flatnonzero(~seen[: last + 1]):
+        around = [means[k] for k in (b - 1, b + 1) if 0 <= k <= last + 1 and not np.isnan(means[k])]
+        out[b] = float(np.mean(around)) if around else np.nan
     return out

@@ -8,7 +8,7 @@ import html
 import io
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import matplotlib
 
@@ -26,12 +26,12 @@ def table_rows(summary: Summary, metric: str = "unallocated_gpu_pct") -> list[li
         cells = [policy]
         for col in COLUMNS:
             v = metrics[metric][col]
-            cells.append(f"{v['mean']:.2f} ± {v['sd']:.2f}")
+            cells.append("-" if v["mean"] is None else f"{v['mean']:.2f} ± {v['sd'] or 0.0:.2f}")
         rows.append(cells)
     return rows
 
 
-def write_json(summary: Summary, path: Path, meta: dict[str, object]) -> None:
+def write_json(summary: Mapping[str, Any], path: Path, meta: dict[str, object]) -> None:
     path.write_text(json.dumps({"meta": meta, "policies": summary}, indent=1))
 
 
@@ -48,9 +48,9 @@ def write_csv(summary: Summary, path: Path) -> None:
 def _plot(summary: Summary, metric: str, ylabel: str, xmax: int) -> str:
     fig, ax = plt.subplots(figsize=(7, 4))
     for policy, metrics in summary.items():
-        xs = [int(b) for b in metrics[metric] if int(b) <= xmax]
-        mean = [metrics[metric][str(x)]["mean"] for x in xs]
-        sd = [metrics[metric][str(x)]["sd"] for x in xs]
+        xs = [int(b) for b, v in metrics[metric].items() if int(b) <= xmax and v["mean"] is not None]
+        mean = [float(metrics[metric][str(x)]["mean"] or 0.0) for x in xs]
+        sd = [float(metrics[metric][str(x)]["sd"] or 0.0) for x in xs]
         ax.plot(xs, mean, label=policy)
         ax.fill_between(xs, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], alpha=0.2)
     ax.set_xlabel("arrived workload (% of cluster GPU capacity)")

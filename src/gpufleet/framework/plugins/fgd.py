@@ -25,6 +25,8 @@ from gpufleet.framework.plugins.gpu_fit import default_devices
 from gpufleet.model import GPU_MILLI, Cluster, GpuKind, PodSpec
 
 NAME = "FGD"
+DEDUP_MIN_ROWS = 64
+"""Above this many stale nodes, identical node states are evaluated once."""
 
 ScoreFn = Callable[[F64, F64, F64, np.ndarray], FloatArray]
 """(F_before, F_after, milli left on the chosen device, free milli per device after) per
@@ -98,18 +100,33 @@ class FragScorer:
         c, u = view.cluster, view.usage
         ok = c.gpu_whole_ok[nodes] & u.gpu_healthy[nodes]
         free = np.where(ok, GPU_MILLI - u.gpu_used_milli[nodes], 0)
+        # Free GPU memory matters only to a share that asks for some; otherwise keep it out
+        # of the state key so more nodes dedupe.
+        asks_mem = pod.gpu.kind is GpuKind.FRACTION and pod.gpu.mem_mib > 0
+        free_mem = c.gpu_mem[nodes] - u.gpu_used_mem[nodes] if asks_mem else np.zeros_like(free)
         model_id = c.model_id[nodes].astype(np.int64)
-        before = model.batch(model_id, u.free_cpu[nodes], free)
-        rows, owner, dev = _options(pod, free, c.gpu_mem[nodes] - u.gpu_used_mem[nodes])
-        after = model.batch(model_id[owner], u.free_cpu[nodes][owner] - pod.cpu_milli, rows)
+        cpu = u.free_cpu[nodes]
+        if len(nodes) > DEDUP_MIN_ROWS:
+            # Many nodes share a state (empty nodes of one shape): evaluate each state once.
+            key = np.column_stack((model_id, cpu, free, free_mem))
+            _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+            best, chosen = self._evaluate(model, pod, model_id[first], cpu[first], free[first], free_mem[first])
+            return best[inverse.ravel()], chosen[inverse.ravel()]
+        return self._evaluate(model, pod, model_id, cpu, free, free_mem)
+
+    def _evaluate(self, model: FragModel, pod: PodSpec, model_id: IntArray, cpu: IntArray, free: np.ndarray,
+                  free_mem: np.ndarray) -> tuple[F64, IntArray]:
+        before = model.batch(model_id, cpu, free)
+        rows, owner, dev = _options(pod, free, free_mem)
+        after = model.batch(model_id[owner], cpu[owner] - pod.cpu_milli, rows)
         leftover = np.where(dev >= 0, rows[np.arange(len(dev)), np.maximum(dev, 0)], 0).astype(np.float64)
         option_score = self.score_fn(before[owner], after, leftover, rows)
-        best = np.full(len(nodes), -np.inf)
+        best = np.full(len(model_id), -np.inf)
         np.maximum.at(best, owner, option_score)
         # Options are in (row, device) order; keep the first best per row, as the artifact does.
         winners = np.flatnonzero(option_score == best[owner])
         rows_won, first = np.unique(owner[winners], return_index=True)
-        chosen = np.full(len(nodes), -1, dtype=np.int64)
+        chosen = np.full(len(model_id), -1, dtype=np.int64)
         chosen[rows_won] = dev[winners[first]]
         return best, chosen
 

@@ -1,10 +1,16 @@
-"""FragAware: FGD's fragmentation measure without its score quantisation (experimental).
+"""FragAware: gpufleet's fragmentation-aware policy, FGD's measure plus device best-fit.
 
-Score = F_before - F_after in GPU-milli, exact. FGD squashes this through an integer
-sigmoid, which turns most small changes into ties that the node-name order then breaks
-(an accidental first-fit). FragAware keeps the exact value and is meant to be combined
-with a packing scorer (the `gpufleet` simulator policy adds BestFit). Measured so far it
-does not beat FGD by more than seed noise; see docs/results.md.
+score(option) = FGD's integer score + tightness_weight x (1 - milli left on the chosen
+device / 1000), for a GPU share; for every other pod it is FGD's score.
+
+Why: FGD measures fragmentation against the typical-task mix. When whole-GPU tasks
+dominate that mix, every partly used device is "all fragment" to them, so FGD cannot tell
+a share that leaves 40 milli on a device from one that leaves 400; the choice falls to the
+node-name tie-break, and shares pair up poorly, breaking more devices than needed and
+starving later whole-GPU tasks. The tightness term lets the leftover decide among options
+FGD scores within `tightness_weight` points of each other, and never overrides a larger
+fragmentation difference. On share-heavy mixes FGD already tells leftovers apart and the
+term mostly breaks ties. Results and how the weight was chosen: docs/results.md.
 """
 
 from __future__ import annotations
@@ -14,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufleet.framework.cycle_state import CycleState
-from gpufleet.framework.interfaces import FloatArray, IntArray, View
-from gpufleet.framework.plugins.fgd import F64, FragScorer
-from gpufleet.framework.plugins.fragmentation import TypicalTask
+from gpufleet.framework.interfaces import DevicePicker, FloatArray, IntArray, ScorePlugin, View
+from gpufleet.framework.plugins.fgd import FragScorer, fgd_score
+from gpufleet.framework.plugins.fragmentation import F64, TypicalTask
 from gpufleet.framework.plugins.gpu_fit import default_devices
 from gpufleet.model import GpuKind, PodSpec
 
@@ -25,44 +31,24 @@ NAME = "FragAware"
 
 @dataclass(frozen=True, slots=True)
 class FragAwareArgs:
-    typical_tasks: tuple[TypicalTask, ...] = ()
-
-
-def exact_delta(before: F64, after: F64, leftover: F64, rows: np.ndarray) -> FloatArray:
-    result: FloatArray = before - after
-    return result
-
-
-def bestfit_first(before: F64, after: F64, leftover: F64, rows: np.ndarray) -> FloatArray:
-    """For shares: the tightest device first (least milli left), FGD's score breaks ties."""
-    base = np.trunc(100.0 / (1.0 + np.exp(-(before - after) / 1000.0)))
-    result: FloatArray = (1000.0 - leftover) + base / 1000.0
-    return result
-
-
-def bestfit_first_whole(before: F64, after: F64, leftover: F64, rows: np.ndarray) -> FloatArray:
-    """As bestfit_first; whole-GPU pods: FGD, ties to the node left with fewest whole GPUs."""
-    base = np.trunc(100.0 / (1.0 + np.exp(-(before - after) / 1000.0)))
-    whole_left = (rows == 1000).sum(axis=1)
-    result: FloatArray = np.where(leftover > 0, (1000.0 - leftover) * 100 + base / 1000.0,
-                                  base + 0.5 * (1.0 - whole_left / 8.0))
-    return result
-
-
-def fgd_tight(before: F64, after: F64, leftover: F64, rows: np.ndarray) -> FloatArray:
-    """FGD's integer score; ties broken towards the device left tightest (best fit)."""
-    base = np.trunc(100.0 / (1.0 + np.exp(-(before - after) / 1000.0)))
-    result: FloatArray = base + 0.5 * (1.0 - leftover / 1000.0)
-    return result
+    tightness_weight: float = 2.0
+    """Points (of FGD's 0..100 scale) a share may gain by leaving its device full."""
 
 
 class FragAware:
     name = NAME
 
-    def __init__(self, args: FragAwareArgs, variant: str = "tight") -> None:
-        fn = {"tight": fgd_tight, "exact": exact_delta, "bf_first": bestfit_first,
-              "bf_whole": bestfit_first_whole}[variant]
-        self.scorer = FragScorer(args.typical_tasks, fn)
+    def __init__(self, args: FragAwareArgs, typical_tasks: tuple[TypicalTask, ...]) -> None:
+        if not 0 <= args.tightness_weight <= 100:
+            raise ValueError(f"FragAware: tightnessWeight must be in 0..100, got {args.tightness_weight}")
+        weight = args.tightness_weight
+
+        def score(before: F64, after: F64, leftover: F64, rows: np.ndarray) -> FloatArray:
+            # Non-share pods have leftover 0 on every option: a constant that changes nothing.
+            result: FloatArray = fgd_score(before, after, leftover, rows) + weight * (1.0 - leftover / 1000.0)
+            return result
+
+        self.scorer = FragScorer(typical_tasks, score)
 
     def score(self, state: CycleState, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
         scores, device = self.scorer.scores(pod, view, nodes)
@@ -78,3 +64,7 @@ class FragAware:
             if j >= 0:
                 return (j,)
         return default_devices(pod, view, node)
+
+
+_s: ScorePlugin = FragAware(FragAwareArgs(), ())
+_p: DevicePicker = FragAware(FragAwareArgs(), ())

@@ -47,14 +47,13 @@ class TaintTolerationFilter:
 
     def filter(self, state: CycleState, pod: PodSpec, view: View) -> BoolArray | None:
         key = (NAME, "mask", pod.tolerations)
-        mask: BoolArray | None = state.data.get(key)
-        if mask is None:
+        if key not in state.data:
             if not any(n.taints for n in view.cluster.nodes):
-                state.data[key] = False
-                return None
-            mask = np.array([b is None for b in self._blocked(state, pod, view)], dtype=np.bool_)
-            state.data[key] = mask
-        return None if mask is False else mask
+                state.data[key] = None  # no taints anywhere: nothing to filter
+            else:
+                state.data[key] = np.array([b is None for b in self._blocked(state, pod, view)], dtype=np.bool_)
+        mask: BoolArray | None = state.data[key]
+        return mask
 
     def reasons(self, state: CycleState, pod: PodSpec, view: View) -> list[tuple[str, BoolArray]]:
         blocked = self._blocked(state, pod, view)

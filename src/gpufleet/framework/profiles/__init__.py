@@ -1,4 +1,4 @@
-"""Profiles shipped with gpufleet: `default` and `fgd`."""
+"""Profiles shipped with gpufleet: `default`, `fgd` and `gpufleet` (fragmentation-aware)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from importlib import resources
 
 from gpufleet.framework.profile import ProfileSettings, load_profiles
 
-BUILTIN = ("default", "fgd")
+BUILTIN = ("default", "fgd", "gpufleet")
 
 
 def builtin(name: str = "default") -> ProfileSettings:

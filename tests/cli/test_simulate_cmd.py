@@ -1,0 +1,56 @@
+"""The simulator's CLI: reports are written, and user mistakes are one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpufleet.cli.main import main
+
+
+def test_compare_on_a_small_builtin_workload_writes_json_csv_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "rep"
+    code = main(["compare", "--scale", "0.03", "--seeds", "2", "--workers", "1", "--policies", "bestfit,fgd",
+                 "--out", str(out)])
+    assert code == 0
+    data = json.loads((out / "results.json").read_text())
+    assert set(data["policies"]) == {"bestfit", "fgd"}
+    cell = data["policies"]["fgd"]["unallocated_gpu_pct"]["100"]
+    assert 0.0 <= cell["mean"] <= 100.0 and cell["sd"] >= 0.0
+    assert (out / "results.csv").read_text().startswith("policy,metric,arrived_pct,mean,sd")
+    assert "<img src='data:image/png;base64," in (out / "report.html").read_text()
+
+
+def test_time_mode_replays_and_reports_jct_and_waits(tmp_path: Path) -> None:
+    out = tmp_path / "time"
+    code = main(["compare", "--mode", "time", "--scale", "0.03", "--tasks", "300", "--seeds", "1", "--workers", "1",
+                 "--policies", "fgd", "--out", str(out)])
+    assert code == 0
+    fgd = json.loads((out / "results.json").read_text())["policies"]["fgd"]
+    assert fgd["finished"]["0"]["mean"] + fgd["waiting_at_end"]["0"]["mean"] == 300
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["simulate", "--policy", "nope"], "unknown policy nope"),
+    (["simulate", "--nodes", "n.csv"], "--nodes and --pods go together"),
+    (["compare", "--seeds", "0", "--scale", "0.03"], "--seeds must be at least 1"),
+    (["simulate", "--scale", "9"], "--scale must be in (0, 4]"),
+], ids=["an unknown policy is named", "a node list needs a pod list", "zero seeds is refused",
+        "an absurd scale is refused"])
+def test_user_mistakes_are_one_line_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_a_malformed_trace_row_names_file_line_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nopenb-node-0000,64000,262144,2,P100\n")
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\nopenb-pod-0000,1000,1024,2,500\n")
+    assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods)]) == 2
+    err = capsys.readouterr().err
+    assert "pods.csv:2" in err and "Traceback" not in err

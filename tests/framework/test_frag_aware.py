@@ -1,0 +1,76 @@
+"""FragAware (FGD + device tightness) and PreferUsedNodes."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from gpufleet.core.cycle import schedule
+from gpufleet.framework.cycle_state import CycleState
+from gpufleet.framework.plugins.frag_aware import FragAware, FragAwareArgs
+from gpufleet.framework.plugins.fragmentation import TypicalTask
+from gpufleet.framework.plugins.prefer_used import PreferUsedNodes
+from gpufleet.framework.profile import ProfileSettings, ScoreRef, build_profile
+from gpufleet.framework.registry import BuildContext
+from gpufleet.model import ClusterSnapshot, NodeName, Placement, PodUid
+from gpufleet.testing import make_node, make_pod
+
+WHOLE_ONLY = (TypicalTask(1000, 1000, 1, frozenset(), 1.0),)
+
+
+def snapshot_with_two_partial_devices() -> ClusterSnapshot:
+    """n1: device 0 has 300 free, device 1 has 600 free; the other devices are taken."""
+    node = make_node("n1").cpu(64_000).gpus(4).build()
+    running = [Placement(PodUid("a"), NodeName("n1"), 0, 0, (0,), 700),
+               Placement(PodUid("b"), NodeName("n1"), 0, 0, (1,), 400),
+               Placement(PodUid("c"), NodeName("n1"), 0, 0, (2, 3), 1000)]
+    return ClusterSnapshot.build([node], running)
+
+
+def test_a_share_goes_to_the_tightest_device_when_fgd_cannot_tell_them_apart() -> None:
+    # Against a whole-GPU-only mix every partly used device is all fragment, so FGD scores
+    # both devices alike; FragAware picks the one left fullest.
+    snap = snapshot_with_two_partial_devices()
+    pod = make_pod("share").cpu(100).fraction(250).build()
+    profile = build_profile(ProfileSettings(scores=(ScoreRef("FragAware"),)), BuildContext(WHOLE_ONLY))
+    result = schedule(snap, [pod], profile, now=0.0, rng=random.Random(0))
+    assert result.binds[0].gpus == (0,)
+
+
+def test_with_zero_tightness_weight_the_device_choice_is_fgds_first_best() -> None:
+    snap = snapshot_with_two_partial_devices()
+    pod = make_pod("share").cpu(100).fraction(250).build()
+    plugin = FragAware(FragAwareArgs(tightness_weight=0.0), WHOLE_ONLY)
+    view = type("V", (), {"cluster": snap.cluster, "usage": snap.usage})()
+    state = CycleState(random.Random(0), 0.0)
+    plugin.score(state, pod, view, np.array([0]))
+    assert plugin.pick_devices(state, pod, view, 0) == (0,)
+
+
+def test_an_exact_fill_earns_the_full_tightness_weight() -> None:
+    snap = snapshot_with_two_partial_devices()
+    view = type("V", (), {"cluster": snap.cluster, "usage": snap.usage})()
+    exact = make_pod("exact").cpu(100).fraction(300).build()
+    loose = make_pod("loose").cpu(100).fraction(200).build()
+    plugin = FragAware(FragAwareArgs(tightness_weight=2.0), WHOLE_ONLY)
+    s_exact = plugin.score(CycleState(random.Random(0), 0.0), exact, view, np.array([0]))[0]
+    s_loose = plugin.score(CycleState(random.Random(0), 0.0), loose, view, np.array([0]))[0]
+    assert s_exact - int(s_exact) == pytest.approx(0.0) and s_exact % 1 == 0
+    assert s_loose % 1 == pytest.approx(2.0 * 0.9 % 1)
+
+
+def test_a_tightness_weight_outside_0_to_100_is_rejected() -> None:
+    with pytest.raises(ValueError, match="tightnessWeight"):
+        FragAware(FragAwareArgs(tightness_weight=-1.0), WHOLE_ONLY)
+
+
+@pytest.mark.parametrize("running, expected", [((), [0.0, 0.0]), (("n1",), [1.0, 0.0])],
+                         ids=["empty nodes score zero", "a node running a pod scores one"])
+def test_prefer_used_nodes_scores_nodes_that_run_a_pod(running: tuple[str, ...], expected: list[float]) -> None:
+    nodes = [make_node("n1").gpus(1).build(), make_node("n2").gpus(1).build()]
+    snap = ClusterSnapshot.build(nodes, [Placement(PodUid(f"p-{n}"), NodeName(n), 100, 10) for n in running])
+    view = type("V", (), {"cluster": snap.cluster, "usage": snap.usage})()
+    scores = PreferUsedNodes().score(CycleState(random.Random(0), 0.0), make_pod("x").build(), view, np.array([0, 1]))
+    assert scores.tolist() == expected
