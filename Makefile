@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $@
 
 .PHONY: install report test typecheck bench
@@ -16,6 +16,7 @@ report: $(BIN)/.installed
 	$(BIN)/gpufleet compare --out reports/default
 
 test: $(BIN)/.installed
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 typecheck: $(BIN)/.installed
