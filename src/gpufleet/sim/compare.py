@@ -6,14 +6,12 @@ The summary is per policy, metric and arrived-% bucket: mean and sd over seeds, 
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
-from gpufleet.sim import fgd_experiment
+from gpufleet.sim import fgd_experiment, parallel
 from gpufleet.sim.workload import Workload
 
 Summary = dict[str, dict[str, dict[str, dict[str, float | None]]]]
@@ -28,15 +26,6 @@ class RunCurves:
     failed: int
 
 
-_SHARED: Workload | None = None
-"""The workload worker processes inherit through fork (model objects are not picklable)."""
-
-
-def _one_shared(policy: str, seed: int) -> RunCurves:
-    assert _SHARED is not None
-    return _one(_SHARED, policy, seed)
-
-
 def _one(workload: Workload, policy: str, seed: int) -> RunCurves:
     run = fgd_experiment.run(workload, policy, seed)
     curves = {m: fgd_experiment.bucketed(run, m).tolist() for m in fgd_experiment.METRICS}
@@ -45,25 +34,8 @@ def _one(workload: Workload, policy: str, seed: int) -> RunCurves:
 
 def run_all(workload: Workload, policies: Sequence[str], seeds: Sequence[int], workers: int,
             on_done: Callable[[RunCurves], None] | None = None) -> list[RunCurves]:
-    jobs = [(p, s) for p in policies for s in seeds]
-    results: list[RunCurves] = []
-    if workers <= 1:
-        for p, s in jobs:
-            results.append(_one(workload, p, s))
-            if on_done:
-                on_done(results[-1])
-    else:
-        global _SHARED
-        _SHARED = workload
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            futures = [pool.submit(_one_shared, p, s) for p, s in jobs]
-            for future in as_completed(futures):
-                results.append(future.result())
-                if on_done:
-                    on_done(results[-1])
-    results.sort(key=lambda r: (list(policies).index(r.policy), r.seed))
-    return results
+    results = parallel.run_jobs(_one, workload, [(p, s) for p in policies for s in seeds], workers, on_done)
+    return sorted(results, key=lambda r: (list(policies).index(r.policy), r.seed))
 
 
 def _mean_sd(column: np.ndarray) -> dict[str, float | None]:

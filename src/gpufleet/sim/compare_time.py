@@ -6,14 +6,13 @@ trace replay is deterministic otherwise.
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
 from gpufleet.framework.plugins.fragmentation import typical_tasks
+from gpufleet.sim import parallel
 from gpufleet.sim.policies import profile_for
 from gpufleet.sim.replay import replay
 from gpufleet.sim.workload import Workload
@@ -29,9 +28,6 @@ class ReplayRun:
     utilisation: list[tuple[float, float]]
 
 
-_SHARED: WorkloadFor | None = None
-
-
 def _one(make: WorkloadFor, policy: str, seed: int) -> ReplayRun:
     workload = make(seed)
     tasks = typical_tasks([p for j in workload.jobs for p in j.pods])
@@ -40,30 +36,10 @@ def _one(make: WorkloadFor, policy: str, seed: int) -> ReplayRun:
     return ReplayRun(policy, seed, result.summary(), result.utilisation[::step])
 
 
-def _one_shared(policy: str, seed: int) -> ReplayRun:
-    assert _SHARED is not None
-    return _one(_SHARED, policy, seed)
-
-
 def run_all(make: WorkloadFor, policies: Sequence[str], seeds: Sequence[int], workers: int,
             on_done: Callable[[ReplayRun], None] | None = None) -> list[ReplayRun]:
-    jobs = [(p, s) for p in policies for s in seeds]
-    results: list[ReplayRun] = []
-    if workers <= 1:
-        for p, s in jobs:
-            results.append(_one(make, p, s))
-            if on_done:
-                on_done(results[-1])
-    else:
-        global _SHARED
-        _SHARED = make
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            for future in as_completed([pool.submit(_one_shared, p, s) for p, s in jobs]):
-                results.append(future.result())
-                if on_done:
-                    on_done(results[-1])
-    results.sort(key=lambda r: (list(policies).index(r.policy), r.seed))
-    return results
+    results = parallel.run_jobs(_one, make, [(p, s) for p in policies for s in seeds], workers, on_done)
+    return sorted(results, key=lambda r: (list(policies).index(r.policy), r.seed))
 
 
 def summarise(results: Sequence[ReplayRun]) -> dict[str, dict[str, dict[str, float]]]:

@@ -14,6 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from gpufleet.sim.compare import Summary  # noqa: E402
 
@@ -45,10 +46,13 @@ def write_csv(summary: Summary, path: Path) -> None:
                     w.writerow([policy, metric, b, v["mean"], v["sd"]])
 
 
-def _plot(summary: Summary, metric: str, ylabel: str, xmax: int) -> str:
+def _plot(summary: Summary, metric: str, ylabel: str, xmax: int, xmin: int = 0) -> str:
     fig, ax = plt.subplots(figsize=(7, 4))
+    if metric == "unallocated_gpu_pct":
+        ideal = list(range(xmin, xmax + 1))
+        ax.plot(ideal, [max(0, 100 - x) for x in ideal], "k--", linewidth=0.8, label="ideal")
     for policy, metrics in summary.items():
-        xs = [int(b) for b, v in metrics[metric].items() if int(b) <= xmax and v["mean"] is not None]
+        xs = [int(b) for b, v in metrics[metric].items() if xmin <= int(b) <= xmax and v["mean"] is not None]
         mean = [float(metrics[metric][str(x)]["mean"] or 0.0) for x in xs]
         sd = [float(metrics[metric][str(x)]["sd"] or 0.0) for x in xs]
         ax.plot(xs, mean, label=policy)
@@ -57,6 +61,11 @@ def _plot(summary: Summary, metric: str, ylabel: str, xmax: int) -> str:
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend()
+    return _png(fig)
+
+
+def _png(fig: Figure) -> str:
+    """The figure as base64 PNG for an <img> data URL (one self-contained HTML file)."""
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=110)
@@ -65,13 +74,14 @@ def _plot(summary: Summary, metric: str, ylabel: str, xmax: int) -> str:
 
 
 def write_html(summary: Summary, path: Path, title: str, meta: dict[str, object]) -> None:
-    plots = [("Unallocated GPU % (lower is better; band = ±1 sd over seeds)", "unallocated_gpu_pct", "unallocated GPU %", 130),
-             ("Fragmented GPU as % of capacity", "frag_gpu_pct", "fragmented GPU %", 100),
-             ("Fragmentation ratio (% of idle GPU that is fragmented)", "frag_ratio_pct", "fragmentation ratio %", 100)]
+    plots = [("Unallocated GPU % from 70 % arrived (lower is better; band = ±1 sd over seeds)",
+              "unallocated_gpu_pct", "unallocated GPU %", 130, 70),
+             ("Fragmented GPU as % of capacity", "frag_gpu_pct", "fragmented GPU %", 100, 0),
+             ("Fragmentation ratio (% of idle GPU that is fragmented)", "frag_ratio_pct", "fragmentation ratio %", 100, 0)]
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in table_rows(summary))
     head = "".join(f"<th>@{c}%</th>" for c in COLUMNS)
-    figures = "".join(f"<h2>{html.escape(t)}</h2><img src='data:image/png;base64,{_plot(summary, m, y, x)}'>"
-                      for t, m, y, x in plots)
+    figures = "".join(f"<h2>{html.escape(t)}</h2><img src='data:image/png;base64,{_plot(summary, m, y, x, lo)}'>"
+                      for t, m, y, x, lo in plots)
     meta_rows = "".join(f"<li>{html.escape(k)}: {html.escape(str(v))}</li>" for k, v in meta.items())
     path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
                     "<style>body{font-family:sans-serif;max-width:900px;margin:auto}td,th{padding:2px 8px}</style>"
@@ -124,11 +134,7 @@ def write_time_html(summary: dict[str, dict[str, dict[str, float]]],
     ax.set_ylabel("GPU allocated (%)")
     ax.grid(alpha=0.3)
     ax.legend()
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    img = base64.b64encode(buf.getvalue()).decode()
+    img = _png(fig)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in TIME_COLUMNS)
     rows = "".join(f"<tr><td>{html.escape(p)}</td>" + "".join(
         f"<td>{m[c]['mean']:.4g} ± {m[c]['sd']:.2g}</td>" for c in TIME_COLUMNS) + "</tr>" for p, m in summary.items())

@@ -131,27 +131,40 @@ class FragScorer:
         return best, chosen
 
 
-class Fgd:
+class FragScorePlugin:
+    """Score and device-picker shell around a `FragScorer` (shared by FGD and FragAware).
+
+    `score` remembers, per pod, the best device on every scored node; `pick_devices` returns
+    the one on the chosen node, so the device the score assumed is the device the pod gets.
+    """
+
     name = NAME
 
-    def __init__(self, args: FgdArgs) -> None:
-        self.args = args
-        self.scorer = FragScorer(args.typical_tasks, fgd_score)
+    def __init__(self, scorer: FragScorer) -> None:
+        self.scorer = scorer
 
     def score(self, state: CycleState, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
         scores, device = self.scorer.scores(pod, view, nodes)
         if pod.gpu.kind is GpuKind.FRACTION:
-            state.data[(NAME, pod.uid)] = (nodes, device)
+            state.data[(self.name, pod.uid)] = (nodes, device)
         return scores
 
     def pick_devices(self, state: CycleState, pod: PodSpec, view: View, node: int) -> tuple[int, ...]:
-        saved = state.data.pop((NAME, pod.uid), None)
+        saved = state.data.pop((self.name, pod.uid), None)
         if saved is not None:
             nodes, device = saved
             j = int(device[np.searchsorted(nodes, node)])
             if j >= 0:
                 return (j,)
         return default_devices(pod, view, node)
+
+
+class Fgd(FragScorePlugin):
+    name = NAME
+
+    def __init__(self, args: FgdArgs) -> None:
+        super().__init__(FragScorer(args.typical_tasks, fgd_score))
+        self.args = args
 
 
 _s: ScorePlugin = Fgd(FgdArgs())

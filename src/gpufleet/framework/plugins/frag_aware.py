@@ -19,12 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpufleet.framework.cycle_state import CycleState
-from gpufleet.framework.interfaces import DevicePicker, FloatArray, IntArray, ScorePlugin, View
-from gpufleet.framework.plugins.fgd import FragScorer, fgd_score
+from gpufleet.framework.interfaces import DevicePicker, FloatArray, ScorePlugin
+from gpufleet.framework.plugins.fgd import FragScorePlugin, FragScorer, fgd_score
 from gpufleet.framework.plugins.fragmentation import F64, TypicalTask
-from gpufleet.framework.plugins.gpu_fit import default_devices
-from gpufleet.model import GpuKind, PodSpec
 
 NAME = "FragAware"
 
@@ -35,7 +32,7 @@ class FragAwareArgs:
     """Points (of FGD's 0..100 scale) a share may gain by leaving its device full."""
 
 
-class FragAware:
+class FragAware(FragScorePlugin):
     name = NAME
 
     def __init__(self, args: FragAwareArgs, typical_tasks: tuple[TypicalTask, ...]) -> None:
@@ -48,22 +45,7 @@ class FragAware:
             result: FloatArray = fgd_score(before, after, leftover, rows) + weight * (1.0 - leftover / 1000.0)
             return result
 
-        self.scorer = FragScorer(typical_tasks, score)
-
-    def score(self, state: CycleState, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
-        scores, device = self.scorer.scores(pod, view, nodes)
-        if pod.gpu.kind is GpuKind.FRACTION:
-            state.data[(NAME, pod.uid)] = (nodes, device)
-        return scores
-
-    def pick_devices(self, state: CycleState, pod: PodSpec, view: View, node: int) -> tuple[int, ...]:
-        saved = state.data.pop((NAME, pod.uid), None)
-        if saved is not None:
-            nodes, device = saved
-            j = int(device[np.searchsorted(nodes, node)])
-            if j >= 0:
-                return (j,)
-        return default_devices(pod, view, node)
+        super().__init__(FragScorer(typical_tasks, score))
 
 
 _s: ScorePlugin = FragAware(FragAwareArgs(), ())
