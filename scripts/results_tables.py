@@ -89,5 +89,16 @@ def main(folder: Path) -> None:
               [[p, cell(g20, p, "unallocated_gpu_pct", "100")] for p in policies])
 
 
+def plot(folder: Path) -> None:
+    """Write <folder>/fgd-openb-default.png from the default run."""
+    from gpufleet.sim import report
+
+    data = json.loads((folder / "fgd-openb-default.json").read_text())["policies"]
+    report.write_png(data, folder / "fgd-openb-default.png")
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results"))
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results")
+    main(target)
+    if (target / "fgd-openb-default.json").is_file():
+        plot(target)

@@ -73,6 +73,11 @@ def _png(fig: Figure) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def write_png(summary: Summary, path: Path, metric: str = "unallocated_gpu_pct", xmin: int = 70) -> None:
+    """One curve plot as a PNG file (for docs), the same figure the HTML report embeds."""
+    path.write_bytes(base64.b64decode(_plot(summary, metric, metric.replace("_", " "), 130, xmin)))
+
+
 def write_html(summary: Summary, path: Path, title: str, meta: dict[str, object]) -> None:
     plots = [("Unallocated GPU % from 70 % arrived (lower is better; band = ±1 sd over seeds)",
               "unallocated_gpu_pct", "unallocated GPU %", 130, 70),
