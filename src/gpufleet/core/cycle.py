@@ -1,6 +1,7 @@
 """`schedule()`: one scheduling cycle as a pure function of a snapshot.
 
-Steps, per unit of work (a pod, or a gang) in `ordering` order:
+Steps, per unit of work (a pod, or a gang) in `ordering` order (permit plugins may veto a
+tentative placement after step 3, which rolls it back):
 1. reuse: a pod whose constraints equal those of a pod that already failed this cycle
    fails the same way, unless capacity was given back since (a gang rolled back);
 2. filter all nodes at once (NumPy masks), then score the feasible ones and take the
@@ -77,7 +78,23 @@ class _Cycle:
         node = self._select(pod, nodes)
         placement = self._placement(pod, node)
         self._commit(pod, placement, node)
+        denied = self._permit(pod)
+        if denied is not None:
+            self._rollback(pod, placement)
+            return denied
         return placement
+
+    def _permit(self, pod: PodSpec) -> Status | None:
+        """Permit plugins see the pod tentatively placed; a denial rolls the placement back."""
+        if not self.profile.permits:
+            return None
+        group = pod.pod_group
+        placed = sum(1 for b in self.binds if b.pod_group == group) if group else 0
+        for plugin in self.profile.permits:
+            status = plugin.permit(self.state, pod, placed, self.view)
+            if not status.ok:
+                return status
+        return None
 
     def _pre_filter(self, pod: PodSpec) -> Status | None:
         for plugin in self.profile.pre_filters:

@@ -24,7 +24,7 @@ from typing import Any, Mapping, get_args, get_origin, get_type_hints
 
 import yaml
 
-from gpufleet.framework.interfaces import (DevicePicker, FilterPlugin, NormalizeScorePlugin, Plugin,
+from gpufleet.framework.interfaces import (DevicePicker, FilterPlugin, NormalizeScorePlugin, PermitPlugin, Plugin,
                                            PreFilterPlugin, ReservePlugin, ScorePlugin)
 from gpufleet.framework.registry import BuildContext, Entry, NoArgs, default_registry
 
@@ -62,6 +62,7 @@ class Profile:
     scores: tuple[tuple[ScorePlugin, float], ...]
     device_picker: DevicePicker | None
     reserves: tuple[ReservePlugin, ...]
+    permits: tuple[PermitPlugin, ...] = ()
 
 
 def build_profile(settings: ProfileSettings, context: BuildContext = BuildContext(),
@@ -95,7 +96,8 @@ def build_profile(settings: ProfileSettings, context: BuildContext = BuildContex
                    tuple(p for p in filters if isinstance(p, FilterPlugin)),
                    tuple((p, w) for p, w in scores if isinstance(p, ScorePlugin)),
                    picker,
-                   tuple(p for p in every if isinstance(p, ReservePlugin)))
+                   tuple(p for p in every if isinstance(p, ReservePlugin)),
+                   tuple(p for p in every if isinstance(p, PermitPlugin)))
 
 
 def is_normalizing(plugin: ScorePlugin) -> bool:
