@@ -1,0 +1,140 @@
+"""Retrying API calls: bounded exponential backoff, a cool-down for writes, and logs once per kind.
+
+* **Within a call**, a `TemporaryError` is retried after 0.25 s, 0.5 s, 1 s, … (or the
+  server's Retry-After), up to `attempts` tries and never starting a try after `budget_s`.
+  A `PermanentError` is raised at once.
+* **Across calls**, an operation marked `cooldown` that failed is not sent again until a
+  cool-down has passed; each further failure doubles it, continuing the same backoff up to
+  `cooldown_max_s`. The agent asks to write its node every 0.25 s until a write succeeds,
+  and a thousand nodes doing that during an API outage would keep the server down. Calls
+  made during the cool-down fail at once with the last error. Reads are not cooled down:
+  an Allocate that needs the pod list deserves a real try.
+* **Logging**: the first failure of each kind (operation and `KubeError.kind`, e.g. "list
+  pods on node n1" and "HTTP 500") is a warning; repeats are debug lines until the
+  operation succeeds, which is logged once at info. So an outage during which every pod's
+  Allocate fails gives one warning, not one per pod.
+
+Time is injected (`sleep`, `clock`, `rng`), so tests run the backoff on virtual time.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+from gpufleet.kube.errors import KubeError, PermanentError, TemporaryError, api_errors
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    attempts: int = 4
+    """Tries per call, the first included."""
+    first_delay_s: float = 0.25
+    """Backoff before the second try; it doubles for each further try."""
+    max_delay_s: float = 2.0
+    """Cap of one backoff step within a call."""
+    budget_s: float = 3.0
+    """No retry starts later than this after the first try (the kubelet waits on Allocate)."""
+    cooldown_max_s: float = 60.0
+    """Cap of the cool-down between failed calls of a cooled-down operation."""
+    jitter: float = 0.2
+    """Each wait is scaled by a random factor in [1 - jitter, 1 + jitter], so that nodes that
+    failed together do not retry together."""
+
+
+@dataclass(slots=True)
+class _Cooldown:
+    until: float
+    wait_s: float
+    last: KubeError
+
+
+class Retrier:
+    """Runs API calls under one `RetryPolicy`; safe to use from several threads."""
+
+    def __init__(self, policy: RetryPolicy, log: logging.Logger, *, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
+        self.policy, self._log = policy, log
+        self._sleep, self._clock, self._rng = sleep, clock, rng or random.Random()
+        self._reported: set[tuple[str, str]] = set()
+        self._cooldowns: dict[str, _Cooldown] = {}
+        self._lock = threading.Lock()
+
+    def call(self, operation: str, fn: Callable[[], T], *, cooldown: bool = False) -> T:
+        """`fn()`, with its lightkube/httpx errors translated and retried; raises KubeError.
+
+        `operation` ("patch node n1") prefixes error messages and keys logging and cool-down.
+        """
+        if cooldown:
+            self._check_cooldown(operation)
+        start = self._clock()
+        for attempt in range(1, self.policy.attempts + 1):
+            try:
+                with api_errors(operation):
+                    result = fn()
+            except TemporaryError as exc:
+                delay = exc.delay_s if exc.delay_s is not None else self._backoff(attempt)
+                retry = attempt < self.policy.attempts and self._clock() - start + delay <= self.policy.budget_s
+                self._report(operation, exc, retry)
+                if not retry:
+                    self._failed(operation, exc, cooldown)
+                    raise
+                self._sleep(delay)
+            except PermanentError as exc:
+                self._report(operation, exc, False)
+                self._failed(operation, exc, cooldown)
+                raise
+            else:
+                self._succeeded(operation)
+                return result
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _backoff(self, attempt: int) -> float:
+        return self._jittered(min(self.policy.max_delay_s, self.policy.first_delay_s * 2 ** (attempt - 1)))
+
+    def _jittered(self, seconds: float) -> float:
+        return seconds * (1 + self.policy.jitter * (2 * self._rng.random() - 1))
+
+    def _check_cooldown(self, operation: str) -> None:
+        with self._lock:
+            state = self._cooldowns.get(operation)
+        if state is not None and self._clock() < state.until:
+            # the same message for the whole cool-down, so a caller that logs changes sees one line
+            kind = TemporaryError if isinstance(state.last, TemporaryError) else PermanentError
+            raise kind(f"{state.last} (not sent again within {state.wait_s:.1f} s of that failure)", state.last.kind)
+
+    def _failed(self, operation: str, exc: KubeError, cooldown: bool) -> None:
+        if not cooldown:
+            return
+        p = self.policy
+        with self._lock:
+            previous = self._cooldowns.get(operation)
+            # continue the in-call backoff sequence where the call's own retries stopped
+            wait = previous.wait_s * 2 if previous else p.first_delay_s * 2 ** p.attempts
+            asked = exc.delay_s if isinstance(exc, TemporaryError) and exc.delay_s is not None else 0.0
+            wait = min(p.cooldown_max_s, max(wait, asked))
+            self._cooldowns[operation] = _Cooldown(self._clock() + self._jittered(wait), wait, exc)
+
+    def _report(self, operation: str, exc: KubeError, retrying: bool) -> None:
+        key = (operation, exc.kind)
+        with self._lock:
+            first = key not in self._reported
+            self._reported.add(key)
+        if first:
+            self._log.warning("%s%s", exc, "; retrying with backoff" if retrying else "")
+        else:
+            self._log.debug("%s (again)", exc)
+
+    def _succeeded(self, operation: str) -> None:
+        with self._lock:
+            cleared = {k for k in self._reported if k[0] == operation}
+            self._reported -= cleared
+            self._cooldowns.pop(operation, None)
+        if cleared:
+            self._log.info("%s: works again", operation)
