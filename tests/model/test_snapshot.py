@@ -147,3 +147,20 @@ def test_with_pod_groups_merges_by_key() -> None:
     merged = snap.with_pod_groups([PodGroup("g", 5)])
     assert {k: g.min_member for k, g in merged.pod_groups.items()} == {"default/g": 5, "default/h": 1}
     assert snap.pod_groups["default/g"].min_member == 2
+
+
+def test_advance_steps_an_owned_copy_forward_and_the_old_snapshot_refuses_use() -> None:
+    from gpufleet.model import NodeName, Placement, PodUid
+    from gpufleet.testing import make_node
+
+    base = ClusterSnapshot.build([make_node("n1").gpus(2).build()])
+    owned = base.owned()
+    bind = Placement(PodUid("p"), NodeName("n1"), 100, 10, (0,), 1000, 81920)
+    after = owned.advance([bind])
+    assert after.placements[PodUid("p")] == bind
+    assert int(after.usage.free_whole[0]) == 1
+    assert int(base.usage.free_whole[0]) == 2, "owned() copied: the original is untouched"
+    with pytest.raises(RuntimeError, match="consumed"):
+        owned.usage
+    released = after.advance(releases=[PodUid("p")])
+    assert int(released.usage.free_whole[0]) == 2 and not released.placements

@@ -26,7 +26,6 @@ from gpufleet.core import explain as explaining
 from gpufleet.core import ordering
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.cycle_state import CycleState
-from gpufleet.framework.interfaces import NormalizeScorePlugin
 from gpufleet.framework.plugins.gpu_fit import default_devices
 from gpufleet.framework.profile import Profile
 from gpufleet.framework.status import Code, Status
@@ -57,7 +56,6 @@ class _Cycle:
         self.failed: dict[tuple[object, ...], tuple[int, Status]] = {}
         self.epoch = 0
         """Bumped when capacity is given back (rollback), invalidating `failed`."""
-        self.normalizing = tuple(isinstance(p, NormalizeScorePlugin) for p, _ in profile.scores)
 
     # -- one pod ----------------------------------------------------------------------------
     def place(self, pod: PodSpec) -> Placement | Status:
@@ -118,7 +116,7 @@ class _Cycle:
             return int(nodes[0])
         # Score even a single feasible node: a scorer may also be the device picker (FGD).
         total: np.ndarray | None = None
-        for (plugin, weight), normalize in zip(self.profile.scores, self.normalizing):
+        for (plugin, weight), normalize in zip(self.profile.scores, self.profile.normalizing):
             scores = plugin.score(self.state, pod, self.view, nodes)
             if normalize:
                 scores = plugin.normalize_score(scores)  # type: ignore[attr-defined]

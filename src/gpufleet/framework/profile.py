@@ -63,6 +63,8 @@ class Profile:
     device_picker: DevicePicker | None
     reserves: tuple[ReservePlugin, ...]
     permits: tuple[PermitPlugin, ...] = ()
+    normalizing: tuple[bool, ...] = ()
+    """Per entry of `scores`: whether it normalises (classified once here, not per cycle)."""
 
 
 def build_profile(settings: ProfileSettings, context: BuildContext = BuildContext(),
@@ -97,11 +99,8 @@ def build_profile(settings: ProfileSettings, context: BuildContext = BuildContex
                    tuple((p, w) for p, w in scores if isinstance(p, ScorePlugin)),
                    picker,
                    tuple(p for p in every if isinstance(p, ReservePlugin)),
-                   tuple(p for p in every if isinstance(p, PermitPlugin)))
-
-
-def is_normalizing(plugin: ScorePlugin) -> bool:
-    return isinstance(plugin, NormalizeScorePlugin)
+                   tuple(p for p in every if isinstance(p, PermitPlugin)),
+                   tuple(isinstance(p, NormalizeScorePlugin) for p, _ in scores))
 
 
 # -- YAML -------------------------------------------------------------------------------------

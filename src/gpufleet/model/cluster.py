@@ -78,6 +78,8 @@ class Cluster:
         self.slice_gpu: I64 = np.array(slice_gpu, dtype=np.int64)
         self.slice_prof: I64 = np.array(slice_prof, dtype=np.int64)
         self.names: tuple[NodeName, ...] = tuple(names)
+        self.has_taints: bool = any(x.taints for x in ordered)
+        """False when no node has a taint: taint filtering can be skipped outright."""
 
 
 GPU_CLASSES = 6

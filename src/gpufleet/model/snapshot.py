@@ -21,14 +21,29 @@ from gpufleet.model.pod import GPU_MILLI, PodGroup, PodUid
 class ClusterSnapshot:
     """Nodes, what runs on them, and the gangs pods belong to."""
 
-    __slots__ = ("cluster", "usage", "placements", "pod_groups")
+    __slots__ = ("cluster", "_usage", "_placements", "pod_groups", "_consumed")
 
     def __init__(self, cluster: Cluster, usage: Usage, placements: Mapping[PodUid, Placement],
                  pod_groups: Mapping[str, PodGroup]) -> None:
         self.cluster = cluster
-        self.usage = usage
-        self.placements = placements
+        self._usage = usage
+        self._placements = placements
         self.pod_groups = pod_groups
+        self._consumed = False
+
+    @property
+    def usage(self) -> Usage:
+        self._check()
+        return self._usage
+
+    @property
+    def placements(self) -> Mapping[PodUid, Placement]:
+        self._check()
+        return self._placements
+
+    def _check(self) -> None:
+        if self._consumed:
+            raise RuntimeError("this snapshot was consumed by advance(); use the snapshot it returned")
 
     @classmethod
     def build(cls, nodes: Sequence[NodeInfo], running: Iterable[Placement] = (),
@@ -62,6 +77,33 @@ class ClusterSnapshot:
             usage.place(p, self.cluster.index[p.node])
             placements[p.pod] = p
         return ClusterSnapshot(self.cluster, usage, MappingProxyType(placements), self.pod_groups)
+
+    def advance(self, binds: Iterable[Placement] = (), releases: Iterable[PodUid] = ()) -> ClusterSnapshot:
+        """Like `apply`, but reuses this snapshot's arrays instead of copying them.
+
+        For drivers that step one snapshot forward thousands of times (the simulator): copying
+        the placements of every running pod per step would make a run quadratic. This
+        snapshot is consumed: any later use of it raises RuntimeError.
+        """
+        self._check()
+        usage, placements = self._usage, self._placements
+        assert isinstance(placements, dict), "advance() needs a snapshot made by advance() or build_owned()"
+        for uid in releases:
+            p = placements.pop(uid, None)
+            if p is None:
+                raise ModelError(f"release of pod {uid}", "pod is not running in this snapshot")
+            usage.place(p, self.cluster.index[p.node], sign=-1)
+        for p in binds:
+            if p.pod in placements:
+                raise ModelError(f"bind of pod {p.pod}", f"pod already runs on {placements[p.pod].node}")
+            usage.place(p, self.cluster.index[p.node])
+            placements[p.pod] = p
+        self._consumed = True
+        return ClusterSnapshot(self.cluster, usage, placements, self.pod_groups)
+
+    def owned(self) -> ClusterSnapshot:
+        """A private copy that `advance()` may step forward (this snapshot stays usable)."""
+        return ClusterSnapshot(self.cluster, self.usage.copy(), dict(self.placements), self.pod_groups)
 
     def with_gpu_health(self, node: NodeName, gpu: int, healthy: bool) -> ClusterSnapshot:
         usage = self.usage.copy()

@@ -74,7 +74,7 @@ def run(workload: Workload, policy: str, seed: int, *, tune: float = 1.3,
     originals = sorted((p for job in workload.jobs for p in job.pods), key=lambda p: p.name)
     tasks_m = typical_tasks(originals)
     profile = profile_for(policy, tasks_m)
-    snap = ClusterSnapshot.build(renamed_nodes(workload.nodes, seed))
+    snap = ClusterSnapshot.build(renamed_nodes(workload.nodes, seed)).owned()
     cluster = snap.cluster
     capacity = snap.gpu_capacity_milli()
     tasks = task_list(originals, seed, capacity, tune)
@@ -94,7 +94,7 @@ def run(workload: Workload, policy: str, seed: int, *, tune: float = 1.3,
         arrived += pod.gpu.total_milli
         if result.binds:
             bind = result.binds[0]
-            snap = snap.apply(result.binds)
+            snap = snap.advance(result.binds)
             node = cluster.index[bind.node]
             allocated += bind.milli * len(bind.gpus)
             used_cpu += bind.cpu_milli

@@ -83,7 +83,7 @@ def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: floa
     """Replay `workload` (jobs need `duration_s`; None means it never finishes)."""
     env = Environment()
     jobs = workload.jobs
-    snap = ClusterSnapshot.build(workload.nodes, pod_groups=[j.group for j in jobs if j.group])
+    snap = ClusterSnapshot.build(workload.nodes, pod_groups=[j.group for j in jobs if j.group]).owned()
     gpus = int(snap.cluster.gpu_count.sum())
     records = [JobRecord(i, j.arrival_s) for i, j in enumerate(jobs)]
     for i, job in enumerate(jobs):
@@ -114,11 +114,11 @@ def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: floa
                 records[i].end_s = env.now
                 trace.append((env.now, "finish", i))
         if releases:
-            snap = snap.apply(releases=releases)
+            snap = snap.advance(releases=releases)
         pending: list[PodSpec] = [p for job in waiting.values() for p in job.pods]
         if pending:
             result = schedule(snap, pending, profile, now=env.now, rng=rng)
-            snap = snap.apply(result.binds)
+            snap = snap.advance(result.binds)
             started: dict[int, list[PodUid]] = {}
             for bind in result.binds:
                 started.setdefault(pod_job[bind.pod], []).append(bind.pod)

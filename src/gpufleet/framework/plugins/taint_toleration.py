@@ -48,7 +48,7 @@ class TaintTolerationFilter:
     def filter(self, state: CycleState, pod: PodSpec, view: View) -> BoolArray | None:
         key = (NAME, "mask", pod.tolerations)
         if key not in state.data:
-            if not any(n.taints for n in view.cluster.nodes):
+            if not view.cluster.has_taints:
                 state.data[key] = None  # no taints anywhere: nothing to filter
             else:
                 state.data[key] = np.array([b is None for b in self._blocked(state, pod, view)], dtype=np.bool_)
