@@ -42,10 +42,11 @@ def test_labels_prints_labels_annotation_and_capacity(capsys: pytest.CaptureFixt
 @pytest.mark.parametrize("argv, message", [
     (["agent", "inventory"], "no NVIDIA driver on this machine"),
     (["agent", "inventory", "--fake", "b200"], "no such fixture"),
-    (["agent", "run", "--node-name", "n", "--kubeconfig", "k"], "Kubernetes API client is not built yet"),
+    (["agent", "run", "--node-name", "n", "--kubelet-dir", "/tmp", "--kubeconfig", "/nonexistent/k"],
+     "kubeconfig /nonexistent/k: no such file"),
     (["agent", "run", "--kubelet-dir", "/nonexistent"], "--node-name is required"),
     (["agent", "labels", "--fake", "a100-mig", "--node-label", "novalue"], "expected KEY=VALUE"),
-], ids=["no GPU driver", "an unknown fixture", "a kubeconfig, whose client does not exist yet",
+], ids=["no GPU driver", "an unknown fixture", "a kubeconfig that does not exist",
         "no node name", "a malformed node label"])
 def test_user_mistakes_are_one_line_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,8 +3,9 @@
 The agent needs four things from the API server: its node's labels (to pick a config), the
 pods bound to its node (to find the scheduler's assignment in `Allocate`), and a way to
 write its node's labels, annotations, conditions, taints and extended-resource capacity.
-Requests are plain data (`NodePatch`) built before any I/O. The live client belongs to the
-`kube/` package, which is not built yet; here are:
+Requests are plain data (`NodePatch`) built before any I/O. The live client is
+`gpufleet.kube.node_api.KubeNodeApi`, which the CLI wires in (the agent may not import
+`kube/`); here are:
 
 * `FakeNodeApi` - an in-memory node and pod list for tests;
 * `OfflineNodeApi` - for `gpufleet agent run` without a cluster: reading pods fails (so
@@ -170,7 +171,7 @@ class OfflineNodeApi:
         return dict(self._labels)
 
     def pods_on_node(self) -> Sequence[PodView]:
-        raise KubeAccessError("no Kubernetes API access (the agent's API client is not built yet), "
+        raise KubeAccessError("no Kubernetes API access (run with --kubeconfig, or in a pod), "
                               "so the scheduler's assignments cannot be read")
 
     def patch_node(self, patch: NodePatch) -> None:

@@ -72,6 +72,7 @@ class Agent:
         """Serialises plugin restarts, config reloads and node writes (supervisor vs. callers)."""
         self._reported: tuple[int, str] | None = None
         self._owned_labels: frozenset[str] = frozenset()
+        self._write_error: str | None = None
         self._failed_register: dict[str, tuple[int, int, int]] = {}
         self._monitor: health.HealthMonitor | None = None
         self._supervisor = threading.Thread(target=self._supervise, name="gpufleet-supervisor", daemon=True)
@@ -185,8 +186,11 @@ class Agent:
         try:
             self._api.patch_node(patch)
         except KubeAccessError as exc:
-            log.warning("cannot update node %s: %s", self.options.node_name, exc)
+            if str(exc) != self._write_error:  # once per distinct failure, not every poll
+                log.warning("cannot update node %s: %s", self.options.node_name, exc)
+            self._write_error = str(exc)
             return
+        self._write_error = None
         self._owned_labels = frozenset(k for k, v in patch.labels.items() if v is not None)
         self._reported = state
         self._update_device_metrics(frozenset(faults))

@@ -2,12 +2,18 @@
 
     gpufleet agent inventory [--json] [--fake FIXTURE]     what discovery sees
     gpufleet agent labels [--fake FIXTURE] [--config F]    the labels and annotation it would write
-    gpufleet agent run --config F --kubelet-dir D --node-name N [--fake FIXTURE]
+    gpufleet agent run --config F --kubelet-dir D --node-name N [--kubeconfig K] [--fake FIXTURE]
 
-`run` has no Kubernetes API client yet (that belongs to the `kube/` package): without one it
-serves the kubelet and writes the node state it would patch to `--state-file` and the
-labels to an NFD feature file (`--nfd-file`). `--kubeconfig` is refused with that reason
-rather than pretending.
+`run` reaches the API server through `gpufleet.kube` (wired in `agent_api`), chosen so:
+
+1. `--kubeconfig K`: that file's current context;
+2. else, if `--state-file`, `--nfd-file` or `--node-label` asks for offline output or
+   labels: no API server (an explicit request beats the environment);
+3. else, if `KUBERNETES_SERVICE_HOST` is set (inside a pod): the pod's service account;
+4. else: no API server. The kubelet is still served; fractions are refused (their
+   assignments cannot be read) and the node state goes nowhere but the log.
+
+`--kubeconfig` together with an offline option is an error rather than a guess.
 """
 
 from __future__ import annotations
@@ -25,10 +31,11 @@ from typing import Any
 
 from gpufleet.agent import configsource, fake, inventory, report
 from gpufleet.agent.backend import BackendError, GpuBackend
-from gpufleet.agent.kube import OfflineNodeApi
+from gpufleet.agent.kube import KubeAccessError, NodeApi, OfflineNodeApi
 from gpufleet.agent.nvml import NvmlBackend
 from gpufleet.agent.plan import plan_resources
 from gpufleet.agent.runtime import Agent, AgentOptions
+from gpufleet.cli import agent_api
 from gpufleet.cli.main import UsageError
 
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
@@ -58,10 +65,11 @@ def add_parser(subparsers: Any) -> None:
                      help="this node's name (default: $NODE_NAME)")
     run.add_argument("--fake", metavar="FIXTURE", help=fixture_help)
     _config_arguments(run)
-    run.add_argument("--kubeconfig", type=Path, help="Kubernetes API access: not built yet, refused")
+    run.add_argument("--kubeconfig", type=Path,
+                     help="kubeconfig of the API server (default: in-cluster config inside a pod, else none)")
     run.add_argument("--metrics-port", type=int, help="Prometheus port, 0 = off (default: config, 9402)")
-    run.add_argument("--state-file", type=Path, help="write the node state the agent would patch here (JSON)")
-    run.add_argument("--nfd-file", type=Path, help="write the labels as a node-feature-discovery feature file")
+    run.add_argument("--state-file", type=Path, help="offline: write the node state the agent would patch here (JSON)")
+    run.add_argument("--nfd-file", type=Path, help="offline: write the labels as a node-feature-discovery feature file")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     run.set_defaults(func=_run)
 
@@ -133,18 +141,28 @@ def _labels(args: argparse.Namespace) -> int:
     return 0
 
 
+def _node_api(args: argparse.Namespace) -> tuple[NodeApi, configsource.ConfigSource]:
+    """The API access chosen as the module docstring says, and a config source reading labels through it."""
+    offline = [name for name, value in (("--state-file", args.state_file), ("--nfd-file", args.nfd_file),
+                                        ("--node-label", args.node_label)) if value]
+    if args.kubeconfig and offline:
+        raise UsageError(f"--kubeconfig reads and writes the node through the API; {', '.join(offline)} "
+                         "is for running without it")
+    if args.kubeconfig or (not offline and os.environ.get("KUBERNETES_SERVICE_HOST")):
+        api = agent_api.connect(args.kubeconfig, args.node_name)
+        return api, configsource.ConfigSource(args.config, args.config_default, api.node_labels)
+    labels = _node_labels(args.node_label)
+    return OfflineNodeApi(args.state_file, args.nfd_file, labels), _source(args, labels)
+
+
 def _run(args: argparse.Namespace) -> int:
-    if args.kubeconfig:
-        raise UsageError("--kubeconfig: the agent's Kubernetes API client is not built yet (see docs/agent.md); "
-                         "run without it to serve the kubelet and write node state to --state-file/--nfd-file")
     if not args.node_name:
         raise UsageError("--node-name is required (or set NODE_NAME)")
     if not args.kubelet_dir.is_dir():
         raise UsageError(f"--kubelet-dir {args.kubelet_dir}: no such directory")
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    labels = _node_labels(args.node_label)
-    api = OfflineNodeApi(args.state_file, args.nfd_file, labels)
-    agent = Agent(lambda: _backend(args.fake), api, _source(args, labels),
+    api, source = _node_api(args)
+    agent = Agent(lambda: _backend(args.fake), api, source,
                   AgentOptions(args.node_name, args.kubelet_dir, metrics_port=args.metrics_port))
 
     stopping = threading.Event()
@@ -156,7 +174,7 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     try:
         agent.start()
-    except BackendError as exc:
+    except (BackendError, KubeAccessError) as exc:  # KubeAccessError: node labels for choosing a config
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot serve metrics or sockets: {exc.strerror or exc}") from None

@@ -7,7 +7,7 @@
   cool-down has passed; each further failure doubles it, continuing the same backoff up to
   `cooldown_max_s`. The agent asks to write its node every 0.25 s until a write succeeds,
   and a thousand nodes doing that during an API outage would keep the server down. Calls
-  made during the cool-down fail at once with the last error. Reads are not cooled down:
+  made during the cool-down fail at once with the error that started it. Reads are not cooled down:
   an Allocate that needs the pod list deserves a real try.
 * **Logging**: the first failure of each kind (operation and `KubeError.kind`, e.g. "list
   pods on node n1" and "HTTP 500") is a warning; repeats are debug lines until the
@@ -48,11 +48,12 @@ class RetryPolicy:
     failed together do not retry together."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Cooldown:
     until: float
     wait_s: float
-    last: KubeError
+    error: KubeError
+    """What calls during the cool-down raise (a fresh copy each)."""
 
 
 class Retrier:
@@ -82,13 +83,16 @@ class Retrier:
                 delay = exc.delay_s if exc.delay_s is not None else self._backoff(attempt)
                 retry = attempt < self.policy.attempts and self._clock() - start + delay <= self.policy.budget_s
                 self._report(operation, exc, retry)
-                if not retry:
-                    self._failed(operation, exc, cooldown)
+                if retry:
+                    self._sleep(delay)
+                elif cooldown:
+                    raise self._cool_down(operation, exc) from exc
+                else:
                     raise
-                self._sleep(delay)
             except PermanentError as exc:
                 self._report(operation, exc, False)
-                self._failed(operation, exc, cooldown)
+                if cooldown:
+                    raise self._cool_down(operation, exc) from exc
                 raise
             else:
                 self._succeeded(operation)
@@ -105,13 +109,14 @@ class Retrier:
         with self._lock:
             state = self._cooldowns.get(operation)
         if state is not None and self._clock() < state.until:
-            # the same message for the whole cool-down, so a caller that logs changes sees one line
-            kind = TemporaryError if isinstance(state.last, TemporaryError) else PermanentError
-            raise kind(f"{state.last} (not sent again within {state.wait_s:.1f} s of that failure)", state.last.kind)
+            raise _same(state.error)
 
-    def _failed(self, operation: str, exc: KubeError, cooldown: bool) -> None:
-        if not cooldown:
-            return
+    def _cool_down(self, operation: str, exc: KubeError) -> KubeError:
+        """Start or double the operation's cool-down; the error to raise, which names it.
+
+        Every call refused during one cool-down raises the same message, so a caller that
+        logs each distinct failure once writes one line per cool-down.
+        """
         p = self.policy
         with self._lock:
             previous = self._cooldowns.get(operation)
@@ -119,7 +124,9 @@ class Retrier:
             wait = previous.wait_s * 2 if previous else p.first_delay_s * 2 ** p.attempts
             asked = exc.delay_s if isinstance(exc, TemporaryError) and exc.delay_s is not None else 0.0
             wait = min(p.cooldown_max_s, max(wait, asked))
-            self._cooldowns[operation] = _Cooldown(self._clock() + self._jittered(wait), wait, exc)
+            error = _same(exc, f"{exc} (not sent again for {wait:.1f} s)")
+            self._cooldowns[operation] = _Cooldown(self._clock() + self._jittered(wait), wait, error)
+        return error
 
     def _report(self, operation: str, exc: KubeError, retrying: bool) -> None:
         key = (operation, exc.kind)
@@ -138,3 +145,9 @@ class Retrier:
             self._cooldowns.pop(operation, None)
         if cleared:
             self._log.info("%s: works again", operation)
+
+
+def _same(exc: KubeError, message: str | None = None) -> KubeError:
+    """A new error of the same retry semantics as `exc`, with `message` or the same one."""
+    kind = TemporaryError if isinstance(exc, TemporaryError) else PermanentError
+    return kind(str(exc) if message is None else message, exc.kind)
