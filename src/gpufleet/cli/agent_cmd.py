@@ -11,7 +11,7 @@
    labels: no API server (an explicit request beats the environment);
 3. else, if `KUBERNETES_SERVICE_HOST` is set (inside a pod): the pod's service account;
 4. else: no API server. The kubelet is still served; fractions are refused (their
-   assignments cannot be read) and the node state goes nowhere but the log.
+   assignments cannot be read) and the node state is not written anywhere.
 
 `--kubeconfig` together with an offline option is an error rather than a guess.
 """
@@ -147,7 +147,7 @@ def _node_api(args: argparse.Namespace) -> tuple[NodeApi, configsource.ConfigSou
                                         ("--node-label", args.node_label)) if value]
     if args.kubeconfig and offline:
         raise UsageError(f"--kubeconfig reads and writes the node through the API; {', '.join(offline)} "
-                         "is for running without it")
+                         f"{'is' if len(offline) == 1 else 'are'} for running without it")
     if args.kubeconfig or (not offline and os.environ.get("KUBERNETES_SERVICE_HOST")):
         api = agent_api.connect(args.kubeconfig, args.node_name)
         return api, configsource.ConfigSource(args.config, args.config_default, api.node_labels)
