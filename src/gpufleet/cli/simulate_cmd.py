@@ -20,7 +20,7 @@ from dataclasses import replace
 from gpufleet.sim import compare, compare_time, report
 from gpufleet.sim.default_workload import default_workload
 from gpufleet.sim.policies import PAPER_POLICIES, POLICIES
-from gpufleet.sim.traces import openb, trace_dir
+from gpufleet.sim.traces import openb, philly, trace_dir
 from gpufleet.sim.workload import Workload
 
 FGD_MAX_PODS = 1001
@@ -57,6 +57,8 @@ def add_parser(sub: Any) -> None:
 def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-dir", help="directory holding the traces (default: $GPUFLEET_TRACE_DIR)")
     p.add_argument("--variant", help="openb pod list variant (default, gpushare40, multigpu20, ...)")
+    p.add_argument("--philly", action="store_true",
+                   help="time mode: the Philly-derived Gavel traces (15 virtual clusters on 500 V100s)")
     p.add_argument("--nodes", type=Path, help="openb node list CSV")
     p.add_argument("--pods", type=Path, help="openb pod list CSV")
     p.add_argument("--scale", type=float, default=1.0, help="built-in default only: cluster size factor")
@@ -71,6 +73,8 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_workload(args: argparse.Namespace) -> Workload:
+    if args.philly:
+        raise UsageError("--philly has no packing experiment (its jobs are whole GPUs); use --mode time")
     if args.nodes or args.pods:
         if not (args.nodes and args.pods):
             raise UsageError("--nodes and --pods go together")
@@ -87,8 +91,8 @@ def time_workload(args: argparse.Namespace) -> compare_time.WorkloadFor:
     """A seed -> workload function for time mode (the built-in default varies with the seed)."""
     if args.time_scale <= 0:
         raise UsageError(f"--time-scale must be positive, got {args.time_scale}")
-    if args.nodes or args.pods or args.variant:
-        base = load_workload(args)
+    if args.philly or args.nodes or args.pods or args.variant:
+        base = philly.load(trace_dir(args.trace_dir)) if args.philly else load_workload(args)
         if any(j.duration_s is None for j in base.jobs):
             raise UsageError(f"{base.name} has no durations (the multigpu files carry no times); "
                              "time mode needs creation and deletion times")
