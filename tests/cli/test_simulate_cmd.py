@@ -56,3 +56,20 @@ def test_a_malformed_trace_row_names_file_line_and_field(tmp_path: Path, capsys:
     assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods)]) == 2
     err = capsys.readouterr().err
     assert "pods.csv:2" in err and "Traceback" not in err
+
+
+def test_a_user_profile_runs_beside_the_named_policies(tmp_path: Path) -> None:
+    profile = tmp_path / "mine.yaml"
+    profile.write_text("profiles:\n  - plugins:\n      score:\n        enabled: [{name: MostAllocated}]\n")
+    out = tmp_path / "rep"
+    assert main(["compare", "--scale", "0.03", "--seeds", "1", "--workers", "1", "--policies", "fgd",
+                 "--profile", str(profile), "--out", str(out)]) == 0
+    assert set(json.loads((out / "results.json").read_text())["policies"]) == {"fgd", f"file:{profile}"}
+
+
+def test_a_bad_profile_is_a_one_line_error_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "bad.yaml"
+    profile.write_text("profiles:\n  - plugins:\n      score:\n        enabled: [{name: NoSuchScorer}]\n")
+    assert main(["simulate", "--scale", "0.03", "--profile", str(profile)]) == 2
+    err = capsys.readouterr().err
+    assert "profiles[0].plugins.score.enabled[0].name" in err and "NoSuchScorer" in err and "Traceback" not in err

@@ -11,6 +11,7 @@ import importlib
 import sys
 from typing import Sequence
 
+from gpufleet.framework.profile import ProfileError
 from gpufleet.model import ModelError
 
 COMMAND_MODULES = (
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         return code
-    except (ModelError, UsageError, FileNotFoundError) as exc:
+    except (ModelError, ProfileError, UsageError, FileNotFoundError) as exc:
         print(f"gpufleet {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -18,6 +18,7 @@ from gpufleet.cli.main import UsageError
 from dataclasses import replace
 
 from gpufleet.sim import compare, compare_time, report
+from gpufleet.framework.profile import load_profiles
 from gpufleet.sim.default_workload import default_workload
 from gpufleet.sim.policies import PAPER_POLICIES, POLICIES
 from gpufleet.sim.traces import openb, philly, trace_dir
@@ -62,6 +63,8 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=Path, help="openb node list CSV")
     p.add_argument("--pods", type=Path, help="openb pod list CSV")
     p.add_argument("--scale", type=float, default=1.0, help="built-in default only: cluster size factor")
+    p.add_argument("--profile", action="append", type=Path, default=[], metavar="FILE",
+                   help="also run this scheduling profile (YAML, see docs/concepts.md); repeatable")
     p.add_argument("--mode", choices=("packing", "time"), default="packing",
                    help="packing: the FGD experiment (arrivals only); time: replay arrivals and departures")
     p.add_argument("--time-scale", type=float, default=1.0,
@@ -126,11 +129,15 @@ def _time_compare(args: argparse.Namespace, policies: list[str], seeds: int, out
     return 0
 
 
-def _policies(text: str) -> list[str]:
+def _policies(text: str, profiles: list[Path] | None = None) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
     unknown = [p for p in names if p not in POLICIES]
-    if unknown or not names:
+    if unknown or (not names and not profiles):
         raise UsageError(f"unknown policy {unknown[0] if unknown else '(none)'}; known: {', '.join(POLICIES)}")
+    for path in profiles or []:
+        # Load once here so a bad file is reported before any simulation starts.
+        load_profiles(path.read_text(), str(path))
+        names.append(f"file:{path}")
     return names
 
 
@@ -155,19 +162,19 @@ def _meta(workload: Workload, seeds: int, seconds: float) -> dict[str, object]:
 
 def _simulate(args: argparse.Namespace) -> int:
     if args.mode == "time":
-        return _time_compare(args, _policies(args.policy), 1, None)
+        return _time_compare(args, _policies(args.policy, args.profile), 1, None)
     workload = load_workload(args)
-    summary = compare.summarise(compare.run_all(workload, _policies(args.policy), [args.seed], 1))
+    summary = compare.summarise(compare.run_all(workload, _policies(args.policy, args.profile), [args.seed], 1))
     report.terminal_table(summary, f"{workload.name}: unallocated GPU % by arrived workload")
     return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
     if args.mode == "time":
-        return _time_compare(args, _policies(args.policies), args.seeds, args.out)
+        return _time_compare(args, _policies(args.policies, args.profile), args.seeds, args.out)
     workload = load_workload(args)
     start = time.perf_counter()
-    summary = _run(workload, _policies(args.policies), args.seeds, args.workers)
+    summary = _run(workload, _policies(args.policies, args.profile), args.seeds, args.workers)
     meta = _meta(workload, args.seeds, time.perf_counter() - start)
     args.out.mkdir(parents=True, exist_ok=True)
     report.write_json(summary, args.out / "results.json", meta)
@@ -181,7 +188,7 @@ def _compare(args: argparse.Namespace) -> int:
 def _experiment(args: argparse.Namespace) -> int:
     workload = load_workload(args)
     start = time.perf_counter()
-    summary = _run(workload, _policies(args.policies), args.seeds, args.workers)
+    summary = _run(workload, _policies(args.policies, args.profile), args.seeds, args.workers)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     report.write_json(summary, args.json, _meta(workload, args.seeds, time.perf_counter() - start))
     report.terminal_table(summary, f"{workload.name}: unallocated GPU % (mean ± sd)")

@@ -7,7 +7,9 @@ the live scheduler would run with that profile.
 from __future__ import annotations
 
 from gpufleet.framework.plugins.fragmentation import TypicalTask
-from gpufleet.framework.profile import Profile, ProfileSettings, ScoreRef, build_profile
+from pathlib import Path
+
+from gpufleet.framework.profile import Profile, ProfileSettings, ScoreRef, build_profile, load_profiles
 from gpufleet.framework.registry import BuildContext
 from gpufleet.model import ModelError
 
@@ -25,6 +27,10 @@ PAPER_POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd"
 
 
 def profile_for(policy: str, tasks: tuple[TypicalTask, ...]) -> Profile:
+    """A named policy, or `file:PATH` for the first profile of a KubeSchedulerConfiguration-like YAML."""
+    if policy.startswith("file:"):
+        path = Path(policy.removeprefix("file:"))
+        return build_profile(load_profiles(path.read_text(), str(path))[0], BuildContext(tasks))
     if policy not in POLICIES:
         raise ModelError("--policies", f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     return build_profile(ProfileSettings(name=policy, scores=POLICIES[policy]), BuildContext(tasks))
