@@ -340,3 +340,28 @@ def test_a_new_good_config_replaces_the_plugins(kubelet: FakeKubelet, make_agent
     after = kubelet.endpoint("nvidia.com/gpu", after=kubelet.registrations[0].registered_at + 1e-9)
     assert len(after.next_list().devices) == 16
     eventually(lambda: api.node.labels.get("nvidia.com/gpu.product") == "NVIDIA-H100-80GB-HBM3-SHARED")
+
+
+def test_a_hanging_api_server_does_not_delay_registration_after_a_kubelet_restart(
+        kubelet: FakeKubelet, make_agent: AgentFactory) -> None:
+    import threading
+
+    agent, backend, api = make_agent()
+    kubelet.endpoint("nvidia.com/gpu").next_list()
+    release = threading.Event()
+    original = api.patch_node
+
+    def hanging_patch(patch):  # type: ignore[no-untyped-def]
+        release.wait(10.0)  # an API server that does not answer
+        return original(patch)
+
+    api.patch_node = hanging_patch  # type: ignore[method-assign]
+    try:
+        backend.inject_xid(H100[0], 79)  # a health change makes the writer call the API
+        time.sleep(0.3)                  # ... and hang there
+        restarted = time.monotonic()
+        kubelet.restart()
+        ep = kubelet.endpoint("nvidia.com/gpu", timeout_s=2.0, after=restarted)
+        assert ep.registered_at - restarted < 2.0
+    finally:
+        release.set()

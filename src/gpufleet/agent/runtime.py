@@ -76,6 +76,8 @@ class Agent:
         self._failed_register: dict[str, tuple[int, int, int]] = {}
         self._monitor: health.HealthMonitor | None = None
         self._supervisor = threading.Thread(target=self._supervise, name="gpufleet-supervisor", daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, name="gpufleet-node-writer", daemon=True)
+        """Node writes run here, so a slow or hanging API server never delays kubelet re-registration."""
 
     @property
     def kubelet_socket(self) -> Path:
@@ -108,11 +110,13 @@ class Agent:
         self._start_plugins(plans)
         self.report()
         self._supervisor.start()
+        self._writer.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
-        if self._supervisor.is_alive():
-            self._supervisor.join(timeout_s)
+        for thread in (self._supervisor, self._writer):
+            if thread.is_alive():
+                thread.join(timeout_s)
         if self._monitor is not None:
             self._monitor.stop(timeout_s)
         for p in self.plugins:
@@ -169,31 +173,40 @@ class Agent:
         for p in self.plugins:
             p.stop()
         self._start_plugins(plans)
-        self._report()
-        return True
+        return True  # the writer thread reports the new config on its next poll
 
     def report(self) -> None:
-        """Write the node patch if health or config changed since the last successful write."""
-        with self._lock:
-            self._report()
+        """Write the node patch if health or config changed since the last successful write.
 
-    def _report(self) -> None:
-        state = (self.board.version, self.loaded.fingerprint)
-        if state == self._reported:
-            return
-        faults = self.board.faults()
-        patch = report.node_patch(self.inventory, self.loaded.config, faults, self._owned_labels)
+        The patch is built under the lock and sent outside it: the API call (with its retries
+        and timeouts) must not hold up plugin restarts or kubelet re-registration.
+        """
+        with self._lock:
+            state = (self.board.version, self.loaded.fingerprint)
+            if state == self._reported:
+                return
+            faults = self.board.faults()
+            patch = report.node_patch(self.inventory, self.loaded.config, faults, self._owned_labels)
         try:
             self._api.patch_node(patch)
         except KubeAccessError as exc:
-            if str(exc) != self._write_error:  # once per distinct failure, not every poll
-                log.warning("cannot update node %s: %s", self.options.node_name, exc)
-            self._write_error = str(exc)
+            with self._lock:
+                if str(exc) != self._write_error:  # once per distinct failure, not every poll
+                    log.warning("cannot update node %s: %s", self.options.node_name, exc)
+                self._write_error = str(exc)
             return
-        self._write_error = None
-        self._owned_labels = frozenset(k for k, v in patch.labels.items() if v is not None)
-        self._reported = state
-        self._update_device_metrics(frozenset(faults))
+        with self._lock:
+            self._write_error = None
+            self._owned_labels = frozenset(k for k, v in patch.labels.items() if v is not None)
+            self._reported = state
+            self._update_device_metrics(frozenset(faults))
+
+    def _write_loop(self) -> None:
+        while not self._stop.wait(self.options.poll_s):
+            try:
+                self.report()
+            except Exception:  # noqa: BLE001 - the writer must outlive any one failure
+                log.exception("node write failed; retrying")
 
     def _start_plugins(self, plans: tuple[ResourcePlan, ...]) -> None:
         self.plugins = [PluginServer(plan, self._ctx, self.options.kubelet_dir) for plan in plans]
@@ -209,7 +222,6 @@ class Agent:
                 if time.monotonic() >= next_config:
                     next_config = time.monotonic() + self.options.config_poll_s
                     self.reload_config()
-                self.report()
             except Exception:  # noqa: BLE001 - the supervisor must outlive any one failure
                 log.exception("supervisor cycle failed; retrying")
 
