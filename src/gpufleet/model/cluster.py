@@ -105,7 +105,7 @@ class Usage:
 
     __slots__ = ("cluster", "free_cpu", "free_mem", "free_pods", "gpu_used_milli", "gpu_used_mem",
                  "gpu_healthy", "slice_used", "free_whole", "max_free_milli", "max_free_gmem",
-                 "free_milli_total", "max_free_domain", "max_free_numa", "free_slices", "class_pods",
+                 "free_milli_total", "usable_gpus", "max_free_domain", "max_free_numa", "free_slices", "class_pods",
                  "version")
 
     def __init__(self, cluster: Cluster) -> None:
@@ -125,6 +125,8 @@ class Usage:
         """Largest free share on one healthy non-MIG GPU."""
         self.max_free_gmem: I64 = np.zeros(n, dtype=np.int64)
         self.free_milli_total: I64 = np.zeros(n, dtype=np.int64)
+        self.usable_gpus: I64 = np.zeros(n, dtype=np.int64)
+        """Healthy non-MIG GPUs: the capacity whole-GPU and fractional work can count on."""
         self.max_free_domain: I64 = np.zeros(n, dtype=np.int64)
         """Most free whole GPUs inside one NVLink domain (GPUs without a domain count alone)."""
         self.max_free_numa: I64 = np.zeros(n, dtype=np.int64)
@@ -168,12 +170,13 @@ class Usage:
         cap_mem = c.gpu_mem[i].tolist()
         domain = c.nvlink[i].tolist()
         numa = c.numa[i].tolist()
-        whole = best_milli = best_mem = total = 0
+        whole = best_milli = best_mem = total = usable = 0
         per_domain: dict[int, int] = {}
         per_numa: dict[int, int] = {}
         for j in range(n):
             if not ok[j]:
                 continue
+            usable += 1
             free = GPU_MILLI - used[j]
             total += free
             if free == GPU_MILLI and gmem[j] == 0:
@@ -187,6 +190,7 @@ class Usage:
         self.max_free_milli[i] = best_milli
         self.max_free_gmem[i] = best_mem
         self.free_milli_total[i] = total
+        self.usable_gpus[i] = usable
         self.max_free_domain[i] = max(per_domain.values(), default=0)
         self.max_free_numa[i] = max(per_numa.values(), default=0)
         start, end = int(c.slice_start[i]), int(c.slice_end[i])

@@ -135,6 +135,8 @@ def _check_placement(cluster: Cluster, usage: Usage, p: Placement,
     for j in p.gpus:
         if not 0 <= j < n_gpus:
             raise ModelError(where, f"GPU index {j} does not exist on node {p.node} ({n_gpus} GPUs)")
+        if not cluster.gpu_whole_ok[i, j]:
+            raise ModelError(where, f"GPU {j} on node {p.node} is in MIG mode: only its MIG slices can be used")
     n_slices = int(cluster.slice_end[i] - cluster.slice_start[i])
     for s in p.mig_slices:
         if not 0 <= s < n_slices:

@@ -77,7 +77,7 @@ class GpuPacking:
             return np.zeros(len(nodes))
         c, u = view.cluster, view.usage
         free_whole = u.free_whole[nodes]
-        idle = free_whole == c.gpu_count[nodes]
+        idle = free_whole == u.usable_gpus[nodes]
         tier3 = np.maximum(33 - free_whole, free_whole).astype(np.float64)
         if g.kind is GpuKind.WHOLE:
             other = np.full(len(nodes), float(max(50 - g.count, 33)))

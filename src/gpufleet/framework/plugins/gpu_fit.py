@@ -132,8 +132,10 @@ def default_devices(pod: PodSpec, view: View, node: int) -> tuple[int, ...]:
 
 
 def whole_devices(free: list[int], k: int, domain: list[int], numa: list[int]) -> tuple[int, ...]:
-    if k == 1 or len(free) == k:
-        return tuple(free[:k])
+    """k of the free devices: inside the NVLink domain (else NUMA node) with the fewest free
+    devices that still holds k, so bigger free domains stay whole; else the lowest indices."""
+    if len(free) == k:
+        return tuple(free)
     for groups in (domain, numa):
         by: dict[int, list[int]] = {}
         for j in free:
