@@ -32,7 +32,7 @@ from gpufleet.framework.registry import BuildContext  # noqa: E402
 from gpufleet.model import ClusterSnapshot, GpuKind, PodSpec  # noqa: E402
 
 SCORERS = ("MostAllocated", "LeastAllocated", "BestFit", "DotProduct", "GpuPacking", "GpuClustering",
-           "FGD", "Random", "Topology")
+           "FGD", "FragAware", "PreferUsedNodes", "Random", "Topology")
 
 
 def timed(snap: ClusterSnapshot, pods: list[PodSpec], settings: ProfileSettings, ctx: BuildContext) -> tuple[float, int]:
@@ -84,6 +84,9 @@ def main() -> None:
         per_scorer[name] = round(len(pods) / s)
         print(f"  {name:15s} {len(pods) / s:10,.0f} pods/s  ({b} bound)", file=sys.stderr)
     out["scorer_pods_per_s"] = per_scorer
+    s, b = timed(snap, pods, builtin("gpufleet"), ctx)
+    out["gpufleet_profile_pods_per_s"] = round(len(pods) / s)
+    print(f"  gpufleet profile {len(pods) / s:9,.0f} pods/s  ({b} bound)", file=sys.stderr)
     prefix = [p for p in pods if p.pod_group is None and p.gpu.kind is not GpuKind.MIG][: args.naive_pods]
     ns, n, disagree = naive_run(snap, prefix, ctx)
     out.update(naive_pods=n, naive_pods_per_s=round(n / ns, 1), naive_disagreements=disagree,
