@@ -28,6 +28,15 @@ def test_deflation_deletes_random_tasks_down_to_the_target() -> None:
     assert all("-clone-" not in t.name for t in tasks)
 
 
+@pytest.mark.parametrize("pods", [[], [make_pod("cpu-only").build()]],
+                         ids=["an empty workload", "a workload without GPU tasks"])
+def test_a_workload_without_gpu_demand_is_a_clear_error_not_an_endless_loop(pods: list) -> None:  # type: ignore[type-arg]
+    from gpufleet.model import ModelError
+
+    with pytest.raises(ModelError, match="no GPU tasks"):
+        fe.task_list(pods, seed=1, capacity_milli=10_000)
+
+
 def test_every_attempt_is_either_placed_or_failed_and_the_run_is_repeatable() -> None:
     w = default_workload(scale=0.05, seed=0, max_pods=1001)
     a = fe.run(w, "fgd", 42)

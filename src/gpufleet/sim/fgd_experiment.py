@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from gpufleet.core.cycle import schedule
 from gpufleet.framework.plugins.fragmentation import FragModel, typical_tasks
-from gpufleet.model import ClusterSnapshot, NodeInfo, NodeName, PodSpec, PodUid
+from gpufleet.model import ClusterSnapshot, ModelError, NodeInfo, NodeName, PodSpec, PodUid
 from gpufleet.sim.policies import profile_for
 from gpufleet.sim.workload import Workload
 
@@ -40,6 +40,10 @@ class FgdRun:
 
 
 def task_list(pods: Sequence[PodSpec], seed: int, capacity_milli: int, tune: float = 1.3) -> list[PodSpec]:
+    """The offered task sequence: shuffled originals, then random clones up to `tune` x capacity."""
+    if not any(p.gpu.total_milli for p in pods):
+        raise ModelError("packing experiment", "the workload has no GPU tasks; it needs some to fill GPUs "
+                                               "(use --mode time for CPU-only workloads)")
     rng = random.Random(seed)
     originals = sorted(pods, key=lambda p: p.name)
     tasks = list(originals)
@@ -69,14 +73,16 @@ def renamed_nodes(nodes: Sequence[NodeInfo], seed: int) -> list[NodeInfo]:
     return [replace(n, name=NodeName(f"{perm[i]:0{width}d}-{n.name}")) for i, n in enumerate(nodes)]
 
 
-def run(workload: Workload, policy: str, seed: int, *, tune: float = 1.3,
-        progress: Callable[[int], None] | None = None) -> FgdRun:
+def run(workload: Workload, policy: str, seed: int, *, tune: float = 1.3) -> FgdRun:
+    """One run: every task offered once, metrics after every attempt."""
     originals = sorted((p for job in workload.jobs for p in job.pods), key=lambda p: p.name)
     tasks_m = typical_tasks(originals)
     profile = profile_for(policy, tasks_m)
     snap = ClusterSnapshot.build(renamed_nodes(workload.nodes, seed)).owned()
     cluster = snap.cluster
     capacity = snap.gpu_capacity_milli()
+    if capacity == 0:
+        raise ModelError(f"workload {workload.name}", "the cluster has no GPUs to pack")
     tasks = task_list(originals, seed, capacity, tune)
     frag_model = FragModel(cluster, tasks_m)
     frag = frag_model.nodes(snap.usage, np.arange(cluster.n_nodes))
@@ -110,8 +116,6 @@ def run(workload: Workload, policy: str, seed: int, *, tune: float = 1.3,
         out["frag_ratio_pct"][i] = frag_total / free * 100 if free else 0.0
         out["cpu_alloc_pct"][i] = used_cpu / cap_cpu * 100
         out["mem_alloc_pct"][i] = used_mem / cap_mem * 100
-        if progress and i % 256 == 0:
-            progress(i)
     return FgdRun(policy, seed, arrived_pct, out, placed, n - placed)
 
 
