@@ -82,3 +82,14 @@ def test_the_same_seed_gives_the_same_replay() -> None:
     a = replay(Workload("w", nodes, jobs), random_profile, seed=3)
     b = replay(Workload("w", nodes, jobs), random_profile, seed=3)
     assert a.trace == b.trace and a.utilisation == b.utilisation
+
+
+def test_an_elastic_gang_is_a_clear_error_in_the_replay() -> None:
+    import pytest
+
+    from gpufleet.model import ModelError
+
+    pods = tuple(make_pod(f"e-{k}").gpus(1).gang("e").build() for k in range(3))
+    elastic = Job(pods, 0.0, 1.0, PodGroup("e", 2), source="scenario.yaml:12")
+    with pytest.raises(ModelError, match="scenario.yaml:12.*minMember 2 but 3 pods"):
+        replay(Workload("w", (make_node("n").gpus(4).build(),), (elastic,)), PROFILE)

@@ -19,7 +19,7 @@ import numpy as np
 
 from gpufleet.core.cycle import schedule
 from gpufleet.framework.profile import Profile
-from gpufleet.model import ClusterSnapshot, PodSpec, PodUid
+from gpufleet.model import ClusterSnapshot, ModelError, PodSpec, PodUid
 from gpufleet.sim.environment import Environment, Kind
 from gpufleet.sim.workload import Job, Workload
 
@@ -83,6 +83,11 @@ def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: floa
     """Replay `workload` (jobs need `duration_s`; None means it never finishes)."""
     env = Environment()
     jobs = workload.jobs
+    for job in jobs:
+        if job.group is not None and job.group.min_member != len(job.pods):
+            raise ModelError(job.source or f"job {job.group.key}",
+                             f"gang {job.group.key} has minMember {job.group.min_member} but {len(job.pods)} pods; "
+                             "the time-driven replay runs whole gangs only (elastic gangs are not built yet)")
     snap = ClusterSnapshot.build(workload.nodes, pod_groups=[j.group for j in jobs if j.group]).owned()
     gpus = int(snap.cluster.gpu_count.sum())
     records = [JobRecord(i, j.arrival_s) for i, j in enumerate(jobs)]
