@@ -73,3 +73,9 @@ def test_a_bad_profile_is_a_one_line_error_naming_the_key(tmp_path: Path, capsys
     assert main(["simulate", "--scale", "0.03", "--profile", str(profile)]) == 2
     err = capsys.readouterr().err
     assert "profiles[0].plugins.score.enabled[0].name" in err and "NoSuchScorer" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", ["mixed-sharing", "gangs-and-queues", "fragmentation"])
+def test_every_shipped_scenario_replays_in_time_mode(name: str) -> None:
+    scenario = Path(__file__).parents[2] / "src" / "gpufleet" / "sim" / "scenarios" / f"{name}.yaml"
+    assert main(["simulate", "--mode", "time", "--scenario", str(scenario), "--policy", "gpufleet"]) == 0

@@ -21,7 +21,7 @@ from gpufleet.sim import compare, compare_time, report
 from gpufleet.framework.profile import load_profiles
 from gpufleet.sim.default_workload import default_workload
 from gpufleet.sim.policies import PAPER_POLICIES, POLICIES
-from gpufleet.sim.traces import openb, philly, trace_dir
+from gpufleet.sim.traces import openb, philly, scenario, trace_dir
 from gpufleet.sim.workload import Workload
 
 FGD_MAX_PODS = 1001
@@ -58,6 +58,8 @@ def add_parser(sub: Any) -> None:
 def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-dir", help="directory holding the traces (default: $GPUFLEET_TRACE_DIR)")
     p.add_argument("--variant", help="openb pod list variant (default, gpushare40, multigpu20, ...)")
+    p.add_argument("--scenario", type=Path, metavar="FILE",
+                   help="a YAML scenario (docs/scenarios.md); examples ship in gpufleet/sim/scenarios/")
     p.add_argument("--philly", action="store_true",
                    help="time mode: the Philly-derived Gavel traces (15 virtual clusters on 500 V100s)")
     p.add_argument("--nodes", type=Path, help="openb node list CSV")
@@ -78,6 +80,8 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
 def load_workload(args: argparse.Namespace) -> Workload:
     if args.philly:
         raise UsageError("--philly has no packing experiment (its jobs are whole GPUs); use --mode time")
+    if args.scenario:
+        return scenario.load(args.scenario)
     if args.nodes or args.pods:
         if not (args.nodes and args.pods):
             raise UsageError("--nodes and --pods go together")
@@ -94,11 +98,10 @@ def time_workload(args: argparse.Namespace) -> compare_time.WorkloadFor:
     """A seed -> workload function for time mode (the built-in default varies with the seed)."""
     if args.time_scale <= 0:
         raise UsageError(f"--time-scale must be positive, got {args.time_scale}")
-    if args.philly or args.nodes or args.pods or args.variant:
+    if args.philly or args.scenario or args.nodes or args.pods or args.variant:
+        # Jobs without a duration (the multigpu files, open-ended scenario jobs) hold their
+        # resources to the end of the replay.
         base = philly.load(trace_dir(args.trace_dir)) if args.philly else load_workload(args)
-        if any(j.duration_s is None for j in base.jobs):
-            raise UsageError(f"{base.name} has no durations (the multigpu files carry no times); "
-                             "time mode needs creation and deletion times")
         scaled = replace(base, jobs=tuple(replace(j, arrival_s=j.arrival_s / args.time_scale) for j in base.jobs))
         return lambda _seed: scaled
     if args.tasks < 1 or args.load <= 0:
