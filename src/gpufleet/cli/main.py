@@ -25,7 +25,10 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpufleet", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="gpufleet",
+        description="GPU-aware scheduling for Kubernetes: the trace simulator and the node agent.",
+        epilog="Docs: README.md and docs/ (simulator.md, concepts.md, agent.md).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:

@@ -36,21 +36,25 @@ def add_parser(sub: Any) -> None:
         p = sub.add_parser(name, help=help_text)
         _workload_args(p)
         if name == "simulate":
-            p.add_argument("--policy", default="fgd", help=f"one of {', '.join(POLICIES)}")
+            p.add_argument("--policy", default="fgd", help=f"one of {', '.join(POLICIES)} (default: fgd)")
             p.add_argument("--seed", type=int, default=42)
         else:
-            p.add_argument("--policies", default=",".join(PAPER_POLICIES + ("gpufleet",)))
+            p.add_argument("--policies", default=",".join(PAPER_POLICIES + ("gpufleet",)),
+                           help=f"comma-separated, from: {', '.join(POLICIES)} (default: all)")
             p.add_argument("--seeds", type=int, default=3, help="number of seeds, 42 upwards (paper: 10)")
-            p.add_argument("--out", type=Path, default=Path("reports/default"))
-            p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+            p.add_argument("--out", type=Path, default=Path("reports/default"),
+                           help="directory for report.html, results.json, results.csv (default: %(default)s)")
+            p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                           help="worker processes (default: one per CPU)")
         p.set_defaults(func=func)
     exp = sub.add_parser("experiment", help="published experiments")
     exp_sub = exp.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
     fgd = exp_sub.add_parser("fgd", help="the FGD paper's packing experiment")
     _workload_args(fgd)
-    fgd.add_argument("--policies", default=",".join(PAPER_POLICIES))
+    fgd.add_argument("--policies", default=",".join(PAPER_POLICIES),
+                     help=f"comma-separated, from: {', '.join(POLICIES)} (default: the paper's six)")
     fgd.add_argument("--seeds", type=int, default=10)
-    fgd.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    fgd.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: one per CPU)")
     fgd.add_argument("--json", type=Path, required=True, help="write the summary here")
     fgd.set_defaults(func=_experiment)
 
