@@ -9,8 +9,8 @@ import pytest
 
 from gpufleet.core.cycle import schedule
 from gpufleet.framework.cycle_state import CycleState
-from gpufleet.framework.plugins.frag_aware import FragAware, FragAwareArgs
-from gpufleet.framework.plugins.fragmentation import TypicalTask
+from gpufleet.framework.plugins.frag_aware import FragAware, FragAwareArgs, LookaheadValue
+from gpufleet.framework.plugins.fragmentation import FragModel, TypicalTask
 from gpufleet.framework.plugins.prefer_used import PreferUsedNodes
 from gpufleet.framework.profile import ProfileSettings, ScoreRef, build_profile
 from gpufleet.framework.registry import BuildContext
@@ -74,3 +74,67 @@ def test_prefer_used_nodes_scores_nodes_that_run_a_pod(running: tuple[str, ...],
     view = type("V", (), {"cluster": snap.cluster, "usage": snap.usage})()
     scores = PreferUsedNodes().score(CycleState(random.Random(0), 0.0), make_pod("x").build(), view, np.array([0, 1]))
     assert scores.tolist() == expected
+
+
+# ---- look-ahead (FragAwareArgs.lookahead)
+
+MIX = (TypicalTask(4000, 1000, 1, frozenset(), 0.4), TypicalTask(2000, 500, 1, frozenset(), 0.3),
+       TypicalTask(8000, 1000, 2, frozenset(), 0.2), TypicalTask(1000, 0, 0, frozenset(), 0.1))
+
+
+def test_lookahead_is_off_by_default() -> None:
+    assert FragAwareArgs().lookahead is False
+
+
+def test_lookahead_value_is_the_expected_best_fragmentation_after_one_typical_task() -> None:
+    # V(s) = sum_m p_m x min over placements of m of F(s + m), F(s) when m does not fit;
+    # checked against a direct per-state, per-task, per-device computation.
+    node = make_node("n1").cpu(16_000).gpus(4).build()
+    cluster = ClusterSnapshot.build([node]).cluster
+    model = FragModel(cluster, MIX)
+    rng = np.random.default_rng(0)
+    free = rng.choice([0, 200, 500, 700, 1000], size=(40, 4)).astype(np.int64)
+    cpu = rng.choice([0, 1000, 3000, 6000, 16_000], size=40).astype(np.int64)
+    model_id = np.zeros(40, dtype=np.int64)
+
+    def f(c: int, row: list[int]) -> float:
+        return float(model.batch(np.array([0]), np.array([c]), np.array([row]))[0])
+
+    expected = []
+    for c, row in zip(cpu.tolist(), free.tolist()):
+        v = 0.0
+        for t in MIX:
+            outcomes = [f(c, row)]
+            if c >= t.cpu_milli:
+                if t.num_gpu == 0:
+                    outcomes.append(f(c - t.cpu_milli, row))
+                elif t.gpu_milli < 1000:
+                    outcomes += [f(c - t.cpu_milli, [x - t.gpu_milli if j == d else x for j, x in enumerate(row)])
+                                 for d in range(4) if row[d] >= t.gpu_milli]
+                elif sum(x == 1000 for x in row) >= t.num_gpu:
+                    left, taken = [], 0
+                    for x in row:
+                        take = x == 1000 and taken < t.num_gpu
+                        taken += take
+                        left.append(0 if take else x)
+                    outcomes.append(f(c - t.cpu_milli, left))
+            v += t.probability * min(outcomes)
+        expected.append(v)
+    value = LookaheadValue(model)
+    assert value.compute(model_id, cpu, free) == pytest.approx(expected)
+    assert value(model_id, cpu, free) == pytest.approx(expected)     # through the memo, twice
+    assert value(model_id, cpu, free) == pytest.approx(expected)
+
+
+def test_with_lookahead_the_score_is_fgds_formula_on_the_lookahead_value() -> None:
+    node = make_node("n1").cpu(16_000).gpus(4).build()
+    snap = ClusterSnapshot.build([node], [Placement(PodUid("a"), NodeName("n1"), 2000, 0, (0,), 500)])
+    view = type("V", (), {"cluster": snap.cluster, "usage": snap.usage})()
+    pod = make_pod("whole").cpu(4000).gpus(1).build()
+    plugin = FragAware(FragAwareArgs(tightness_weight=0.0, lookahead=True), MIX)
+    got = plugin.score(CycleState(random.Random(0), 0.0), pod, view, np.array([0]))[0]
+    value = LookaheadValue(FragModel(snap.cluster, MIX))
+    zero = np.array([0])
+    v_before = value(zero, np.array([14_000]), np.array([[500, 1000, 1000, 1000]]))[0]
+    v_after = value(zero, np.array([10_000]), np.array([[500, 0, 1000, 1000]]))[0]
+    assert got == pytest.approx(np.trunc(100.0 / (1.0 + np.exp(-(v_before - v_after) / 1000.0))))

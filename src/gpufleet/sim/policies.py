@@ -6,6 +6,7 @@ the live scheduler would run with that profile.
 
 from __future__ import annotations
 
+from gpufleet.framework.plugins.frag_aware import FragAwareArgs
 from gpufleet.framework.plugins.fragmentation import TypicalTask
 from pathlib import Path
 
@@ -21,9 +22,15 @@ POLICIES: dict[str, tuple[ScoreRef, ...]] = {
     "bestfit": (ScoreRef("BestFit"),),
     "fgd": (ScoreRef("FGD"),),
     "gpufleet": (ScoreRef("FragAware"), ScoreRef("PreferUsedNodes", 0.001)),
+    "gpufleet-lookahead": (ScoreRef("FragAware"), ScoreRef("PreferUsedNodes", 0.001)),
 }
+POLICY_ARGS: dict[str, dict[str, object]] = {
+    "gpufleet-lookahead": {"FragAware": FragAwareArgs(lookahead=True)},
+}
+"""Plugin arguments of the policies that do not use their plugins' defaults."""
 PAPER_POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd")
-"""The FGD paper's policies; `gpufleet` is FragAware with PreferUsedNodes as tie-breaker."""
+"""The FGD paper's policies; `gpufleet` is FragAware with PreferUsedNodes as tie-breaker;
+`gpufleet-lookahead` the same with FragAware's opt-in one-step look-ahead."""
 
 
 def profile_for(policy: str, tasks: tuple[TypicalTask, ...]) -> Profile:
@@ -33,4 +40,5 @@ def profile_for(policy: str, tasks: tuple[TypicalTask, ...]) -> Profile:
         return build_profile(load_profiles(path.read_text(), str(path))[0], BuildContext(tasks))
     if policy not in POLICIES:
         raise ModelError("--policies", f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
-    return build_profile(ProfileSettings(name=policy, scores=POLICIES[policy]), BuildContext(tasks))
+    settings = ProfileSettings(name=policy, scores=POLICIES[policy], plugin_args=POLICY_ARGS.get(policy, {}))
+    return build_profile(settings, BuildContext(tasks))

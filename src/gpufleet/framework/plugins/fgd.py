@@ -114,13 +114,22 @@ class FragScorer:
             return best[inverse.ravel()], chosen[inverse.ravel()]
         return self._evaluate(model, pod, model_id, cpu, free, free_mem)
 
+    def option_scores(self, model: FragModel, model_id: IntArray, cpu: IntArray, free: IntArray,
+                      owner: IntArray, rows: IntArray, pod_cpu: int, before: F64, after: F64,
+                      leftover: F64) -> FloatArray:
+        """Score of every placement option: `rows` (free milli per device after it) of state
+        `owner`; F before/after per state/option. FGD's: `score_fn` on F. Subclasses may score
+        on another value of the node states (FragAware's look-ahead)."""
+        return self.score_fn(before[owner], after, leftover, rows)
+
     def _evaluate(self, model: FragModel, pod: PodSpec, model_id: IntArray, cpu: IntArray, free: np.ndarray,
                   free_mem: np.ndarray) -> tuple[F64, IntArray]:
         before = model.batch(model_id, cpu, free)
         rows, owner, dev = _options(pod, free, free_mem)
         after = model.batch(model_id[owner], cpu[owner] - pod.cpu_milli, rows)
         leftover = np.where(dev >= 0, rows[np.arange(len(dev)), np.maximum(dev, 0)], 0).astype(np.float64)
-        option_score = self.score_fn(before[owner], after, leftover, rows)
+        option_score = self.option_scores(model, model_id, cpu, free, owner, rows, pod.cpu_milli, before, after,
+                                          leftover)
         best = np.full(len(model_id), -np.inf)
         np.maximum.at(best, owner, option_score)
         # Options are in (row, device) order; keep the first best per row, as the artifact does.
