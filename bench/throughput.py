@@ -84,9 +84,10 @@ def main() -> None:
         per_scorer[name] = round(len(pods) / s)
         print(f"  {name:15s} {len(pods) / s:10,.0f} pods/s  ({b} bound)", file=sys.stderr)
     out["scorer_pods_per_s"] = per_scorer
-    s, b = timed(snap, pods, builtin("gpufleet"), ctx)
-    out["gpufleet_profile_pods_per_s"] = round(len(pods) / s)
-    print(f"  gpufleet profile {len(pods) / s:9,.0f} pods/s  ({b} bound)", file=sys.stderr)
+    for name in ("gpufleet", "gpufleet-lookahead"):
+        s, b = timed(snap, pods, builtin(name), ctx)
+        out[f"{name.replace('-', '_')}_profile_pods_per_s"] = round(len(pods) / s)
+        print(f"  {name} profile {len(pods) / s:9,.0f} pods/s  ({b} bound)", file=sys.stderr)
     prefix = [p for p in pods if p.pod_group is None and p.gpu.kind is not GpuKind.MIG][: args.naive_pods]
     ns, n, disagree = naive_run(snap, prefix, ctx)
     out.update(naive_pods=n, naive_pods_per_s=round(n / ns, 1), naive_disagreements=disagree,

@@ -89,6 +89,27 @@ def main(folder: Path) -> None:
               [[p, cell(g20, p, "unallocated_gpu_pct", "100")] for p in policies])
 
 
+def lookahead_table(folder: Path) -> None:
+    """gpufleet-lookahead (its own runs) beside FGD and gpufleet (the 7-policy runs), same seeds."""
+    variants = ["default", "gpushare20", "gpushare40", "gpushare60", "gpushare80", "gpushare100",
+                "multigpu20", "multigpu30", "multigpu40", "multigpu50"]
+    rows = []
+    for v in variants:
+        path = folder / f"lookahead-openb-{v}.json"
+        base = load(folder, v)
+        if not path.is_file() or base is None:
+            continue
+        la = json.loads(path.read_text())["policies"]
+        cells = [v]
+        for col in ("95", "100"):
+            for data, policy in ((base, "fgd"), (base, "gpufleet"), (la, "gpufleet-lookahead")):
+                cells.append(cell(data, policy, "unallocated_gpu_pct", col))
+        rows.append(cells)
+    if rows:
+        table("gpufleet-lookahead against FGD and gpufleet: unallocated GPU % at arrived = 95 % and 100 % (10 seeds)",
+              ["trace", "FGD @95", "gpufleet @95", "lookahead @95", "FGD @100", "gpufleet @100", "lookahead @100"], rows)
+
+
 def plot(folder: Path) -> None:
     """Write <folder>/fgd-openb-default.png from the default run."""
     from gpufleet.sim import report
@@ -100,5 +121,6 @@ def plot(folder: Path) -> None:
 if __name__ == "__main__":
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results")
     main(target)
+    lookahead_table(target)
     if (target / "fgd-openb-default.json").is_file():
         plot(target)

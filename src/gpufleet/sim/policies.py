@@ -22,15 +22,16 @@ POLICIES: dict[str, tuple[ScoreRef, ...]] = {
     "bestfit": (ScoreRef("BestFit"),),
     "fgd": (ScoreRef("FGD"),),
     "gpufleet": (ScoreRef("FragAware"), ScoreRef("PreferUsedNodes", 0.001)),
-    "gpufleet-lookahead": (ScoreRef("FragAware"), ScoreRef("PreferUsedNodes", 0.001)),
+    "gpufleet-lookahead": (ScoreRef("FragAware"), ScoreRef("PreferUsedNodes", 1.0)),
 }
 POLICY_ARGS: dict[str, dict[str, object]] = {
     "gpufleet-lookahead": {"FragAware": FragAwareArgs(lookahead=True)},
 }
 """Plugin arguments of the policies that do not use their plugins' defaults."""
 PAPER_POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd")
-"""The FGD paper's policies; `gpufleet` is FragAware with PreferUsedNodes as tie-breaker;
-`gpufleet-lookahead` the same with FragAware's opt-in one-step look-ahead."""
+"""The FGD paper's policies. `gpufleet` is FragAware with PreferUsedNodes as a tie-breaker;
+`gpufleet-lookahead` adds FragAware's one-step look-ahead and weighs PreferUsedNodes at 1,
+a consistent fill order that keeps empty nodes for multi-GPU tasks (docs/results.md)."""
 
 
 def profile_for(policy: str, tasks: tuple[TypicalTask, ...]) -> Profile:

@@ -6,7 +6,7 @@ from importlib import resources
 
 from gpufleet.framework.profile import ProfileSettings, load_profiles
 
-BUILTIN = ("default", "fgd", "gpufleet")
+BUILTIN = ("default", "fgd", "gpufleet", "gpufleet-lookahead")
 
 
 def builtin(name: str = "default") -> ProfileSettings:
