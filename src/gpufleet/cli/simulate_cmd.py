@@ -39,7 +39,7 @@ def add_parser(sub: Any) -> None:
             p.add_argument("--policy", default="fgd", help=f"one of {', '.join(POLICIES)} (default: fgd)")
             p.add_argument("--seed", type=int, default=42)
         else:
-            p.add_argument("--policies", default=",".join(PAPER_POLICIES + ("gpufleet",)),
+            p.add_argument("--policies", default=",".join(PAPER_POLICIES + ("gpufleet", "gpufleet-lookahead")),
                            help=f"comma-separated, from: {', '.join(POLICIES)} (default: all)")
             p.add_argument("--seeds", type=int, default=3, help="number of seeds, 42 upwards (paper: 10)")
             p.add_argument("--out", type=Path, default=Path("reports/default"),
