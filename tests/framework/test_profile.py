@@ -95,7 +95,7 @@ ERRORS: list[tuple[str, str, str]] = [
      "profiles: [{pluginConfig: [{name: Nope}]}]",
      "conf.yaml: profiles[0].pluginConfig[0].name: unknown plugin 'Nope'"),
     ("text that is not YAML is rejected",
-     "profiles: [", "conf.yaml: not valid YAML: "),
+     "profiles: [", "conf.yaml:1:12: not valid YAML: "),
     ("a document that is not a mapping is rejected",
      "- a\n- b", "conf.yaml: must be a mapping, got list"),
     ("a document without profiles is rejected",
@@ -206,3 +206,12 @@ def test_an_unknown_plugin_is_unknown_in_a_registry_that_lacks_it() -> None:
         load_profiles("profiles: [{plugins: {score: {enabled: [{name: Shape}]}}}]")
     assert "unknown plugin 'Shape'" in str(err.value)
     assert "known: BestFit, DotProduct" in str(err.value)
+
+
+def test_malformed_yaml_is_one_line_naming_file_line_and_column() -> None:
+    from gpufleet.framework.profile import ProfileError, load_profiles
+
+    with pytest.raises(ProfileError) as info:
+        load_profiles("profiles: [\n", "bad.yaml")
+    assert "\n" not in str(info.value)
+    assert str(info.value).startswith("bad.yaml:2:1: not valid YAML:")

@@ -111,7 +111,10 @@ def load_profiles(text: str, source: str = "profile", registry: Mapping[str, Ent
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ProfileError(f"{source}: not valid YAML: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ProfileError(f"{where}: not valid YAML: {problem}") from None
     reg = default_registry() if registry is None else registry
     root = _mapping(doc, source)
     _only(root, {"apiVersion", "kind", "profiles"}, source)
