@@ -38,9 +38,11 @@ def test_time_mode_replays_and_reports_jct_and_waits(tmp_path: Path) -> None:
     (["compare", "--seeds", "0", "--scale", "0.03"], "--seeds must be at least 1"),
     (["simulate", "--scale", "9"], "--scale must be in (0, 4]"),
     (["simulate", "--philly"], "--philly has no packing experiment"),
+    (["simulate", "--scenario", "/no/such/scenario.yaml"], "/no/such/scenario.yaml: no such file"),
     (["simulate", "--mode", "time", "--time-scale", "0"], "--time-scale must be positive"),
 ], ids=["an unknown policy is named", "a node list needs a pod list", "zero seeds is refused",
-        "an absurd scale is refused", "philly needs time mode", "a zero time scale is refused"])
+        "an absurd scale is refused", "philly needs time mode", "a missing file is named",
+        "a zero time scale is refused"])
 def test_user_mistakes_are_one_line_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err

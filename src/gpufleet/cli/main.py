@@ -50,7 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         return code
-    except (ModelError, ProfileError, UsageError, FileNotFoundError) as exc:
+    except FileNotFoundError as exc:
+        # The trace readers raise with their own message; bare OS errors only carry a path.
+        text = f"{exc.filename}: no such file" if exc.errno is not None and exc.filename else str(exc)
+        print(f"gpufleet {args.command}: error: {text}", file=sys.stderr)
+        return 2
+    except (ModelError, ProfileError, UsageError) as exc:
         print(f"gpufleet {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
