@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import sys
 import time
 from pathlib import Path
@@ -46,12 +47,11 @@ def baseline(w: Workload, n: int) -> tuple[float, float]:
     snap = ClusterSnapshot.build(fe.renamed_nodes(w.nodes, 42))
     tasks = fe.task_list(originals, 42, snap.gpu_capacity_milli())[:n]
     profile = profile_for("fgd", tm)
+    rng = random.Random(42)
     start = time.perf_counter()
-    core_binds = []
     for i, pod in enumerate(tasks):
-        result = schedule(snap, (pod,), profile, now=float(i), rng=__import__("random").Random(42))
+        result = schedule(snap, (pod,), profile, now=float(i), rng=rng)
         snap = snap.apply(result.binds)
-        core_binds.append(result.binds[0].node if result.binds else None)
     core = (time.perf_counter() - start) / n
     plain = [(t.cpu_milli, t.gpu_milli, t.num_gpu, t.models, t.probability) for t in tm]
     nodes = [naive.NaiveNode(x) for x in ClusterSnapshot.build(fe.renamed_nodes(w.nodes, 42)).cluster.nodes]

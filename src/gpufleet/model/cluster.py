@@ -152,14 +152,6 @@ class Usage:
         """Devices that can take whole-GPU or fractional work (present, not MIG, healthy)."""
         return self.cluster.gpu_whole_ok & self.gpu_healthy
 
-    def gpu_free_milli(self, i: int) -> list[int]:
-        """Free GPU-milli per device of node i; unusable devices count as 0 free."""
-        c = self.cluster
-        n = int(c.gpu_count[i])
-        ok = (c.gpu_whole_ok[i] & self.gpu_healthy[i]).tolist()
-        used = self.gpu_used_milli[i].tolist()
-        return [GPU_MILLI - used[j] if ok[j] else 0 for j in range(n)]
-
     def refresh_row(self, i: int) -> None:
         """Recompute node i's aggregates after its usage changed (O(GPUs on the node))."""
         c = self.cluster

@@ -64,18 +64,8 @@ class ClusterSnapshot:
 
     def apply(self, binds: Iterable[Placement] = (), releases: Iterable[PodUid] = ()) -> ClusterSnapshot:
         """A new snapshot with `releases` removed and `binds` added (binds are trusted core output)."""
-        usage = self.usage.copy()
-        placements = dict(self.placements)
-        for uid in releases:
-            p = placements.pop(uid, None)
-            if p is None:
-                raise ModelError(f"release of pod {uid}", "pod is not running in this snapshot")
-            usage.place(p, self.cluster.index[p.node], sign=-1)
-        for p in binds:
-            if p.pod in placements:
-                raise ModelError(f"bind of pod {p.pod}", f"pod already runs on {placements[p.pod].node}")
-            usage.place(p, self.cluster.index[p.node])
-            placements[p.pod] = p
+        usage, placements = self.usage.copy(), dict(self.placements)
+        _step(self.cluster, usage, placements, binds, releases)
         return ClusterSnapshot(self.cluster, usage, MappingProxyType(placements), self.pod_groups)
 
     def advance(self, binds: Iterable[Placement] = (), releases: Iterable[PodUid] = ()) -> ClusterSnapshot:
@@ -86,20 +76,11 @@ class ClusterSnapshot:
         snapshot is consumed: any later use of it raises RuntimeError.
         """
         self._check()
-        usage, placements = self._usage, self._placements
-        assert isinstance(placements, dict), "advance() needs a snapshot made by advance() or build_owned()"
-        for uid in releases:
-            p = placements.pop(uid, None)
-            if p is None:
-                raise ModelError(f"release of pod {uid}", "pod is not running in this snapshot")
-            usage.place(p, self.cluster.index[p.node], sign=-1)
-        for p in binds:
-            if p.pod in placements:
-                raise ModelError(f"bind of pod {p.pod}", f"pod already runs on {placements[p.pod].node}")
-            usage.place(p, self.cluster.index[p.node])
-            placements[p.pod] = p
+        placements = self._placements
+        assert isinstance(placements, dict), "advance() needs a snapshot made by owned() or advance()"
+        _step(self.cluster, self._usage, placements, binds, releases)
         self._consumed = True
-        return ClusterSnapshot(self.cluster, usage, placements, self.pod_groups)
+        return ClusterSnapshot(self.cluster, self._usage, placements, self.pod_groups)
 
     def owned(self) -> ClusterSnapshot:
         """A private copy that `advance()` may step forward (this snapshot stays usable)."""
@@ -121,6 +102,21 @@ class ClusterSnapshot:
 
     def gpu_allocated_milli(self) -> int:
         return int(self.usage.gpu_used_milli.sum())
+
+
+def _step(cluster: Cluster, usage: Usage, placements: dict[PodUid, Placement],
+          binds: Iterable[Placement], releases: Iterable[PodUid]) -> None:
+    """Apply releases, then binds, to `usage` and `placements` in place."""
+    for uid in releases:
+        p = placements.pop(uid, None)
+        if p is None:
+            raise ModelError(f"release of pod {uid}", "pod is not running in this snapshot")
+        usage.place(p, cluster.index[p.node], sign=-1)
+    for p in binds:
+        if p.pod in placements:
+            raise ModelError(f"bind of pod {p.pod}", f"pod already runs on {placements[p.pod].node}")
+        usage.place(p, cluster.index[p.node])
+        placements[p.pod] = p
 
 
 def _check_placement(cluster: Cluster, usage: Usage, p: Placement,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -79,8 +78,7 @@ def _time_mean(times: np.ndarray, values: np.ndarray, start: float, end: float) 
     return float(np.sum(values * np.diff(edges)) / (end - start))
 
 
-def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: float | None = None,
-           progress: Callable[[int], None] | None = None) -> ReplayResult:
+def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: float | None = None) -> ReplayResult:
     """Replay `workload` (jobs need `duration_s`; None means it never finishes)."""
     env = Environment()
     jobs = workload.jobs
@@ -97,7 +95,6 @@ def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: floa
     rng = random.Random(seed)
     capacity = snap.gpu_capacity_milli() or 1
     reasons: dict[int, str] = {}
-    handled = 0
     while len(env):
         batch = env.pop_batch()
         if until_s is not None and env.now > until_s:
@@ -140,9 +137,6 @@ def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: floa
             for uid, status in result.unschedulable.items():
                 reasons[pod_job[uid]] = status.message
         utilisation.append((env.now, snap.gpu_allocated_milli() / capacity))
-        handled += len(batch)
-        if progress:
-            progress(handled)
     gpu_seconds = sum((j.duration_s or 0.0) * j.gpu_milli / 1000 for j in jobs)
     longest = max((j.duration_s or 0.0 for j in jobs), default=0.0)
     return ReplayResult(records, trace, utilisation, gpus, gpu_seconds, longest,

@@ -8,7 +8,7 @@ import html
 import io
 import json
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import matplotlib
 
@@ -107,9 +107,6 @@ def terminal_table(summary: Summary, title: str) -> None:
         table.add_row(*row)
     Console(stderr=True, width=150).print(table)
 
-
-def policies_in(summary: Summary) -> Sequence[str]:
-    return list(summary)
 
 
 TIME_COLUMNS = ("jct_mean_s", "jct_p50_s", "jct_p99_s", "wait_mean_s", "wait_p99_s", "wait_max_s",
