@@ -38,3 +38,35 @@ def test_a_denied_pod_is_rolled_back_and_the_capacity_goes_to_the_next_pod() -> 
     assert [b.pod for b in result.binds] == [normal.uid]
     assert result.unschedulable[frozen.uid].reasons == ("queue frozen is paused",)
     assert result.unschedulable[frozen.uid].plugin == "QueueGate"
+
+
+class GroupCounter:
+    """Records the placed_in_group values it is shown; permits everything."""
+
+    name = "GroupCounter"
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def permit(self, state: CycleState, pod: PodSpec, placed_in_group: int, view: View) -> Status:
+        self.seen.append(placed_in_group)
+        return OK
+
+    def score(self, state: CycleState, pod: PodSpec, view: View, nodes):  # type: ignore[no-untyped-def]
+        import numpy as np
+        return np.zeros(len(nodes))
+
+
+def test_permit_sees_how_many_members_of_the_gang_are_placed_including_tentative_ones() -> None:
+    from gpufleet.model import PodGroup
+
+    counter = GroupCounter()
+    registry = dict(default_registry())
+    registry["GroupCounter"] = Entry(lambda _args, _ctx: counter)
+    profile = build_profile(ProfileSettings(scores=(ScoreRef("GroupCounter"),)), registry=registry)
+    snap = ClusterSnapshot.build([make_node("n1").gpus(4).build()], pod_groups=[PodGroup("g", 3)])
+    gang = [make_pod(f"m{i}").gpus(1).gang("g").build() for i in range(3)]
+    result = schedule(snap, gang + [make_pod("solo").gpus(1).created(9.0).build()], profile,
+                      now=0.0, rng=random.Random(0))
+    assert len(result.binds) == 4
+    assert counter.seen == [1, 2, 3, 0]

@@ -54,6 +54,8 @@ class _Cycle:
         self.binds: list[Placement] = []
         self.unschedulable: dict[PodUid, Status] = {}
         self.failed: dict[tuple[object, ...], tuple[int, Status]] = {}
+        self.in_group: dict[str, int] = {}
+        """Members of each pod group placed in this cycle so far, tentative ones included."""
         self.epoch = 0
         """Bumped when capacity is given back (rollback), invalidating `failed`."""
 
@@ -86,8 +88,7 @@ class _Cycle:
         """Permit plugins see the pod tentatively placed; a denial rolls the placement back."""
         if not self.profile.permits:
             return None
-        group = pod.pod_group
-        placed = sum(1 for b in self.binds if b.pod_group == group) if group else 0
+        placed = self.in_group.get(pod.pod_group, 0) if pod.pod_group else 0
         for plugin in self.profile.permits:
             status = plugin.permit(self.state, pod, placed, self.view)
             if not status.ok:
@@ -142,12 +143,16 @@ class _Cycle:
 
     def _commit(self, pod: PodSpec, placement: Placement, node: int) -> None:
         self.view.usage.place(placement, node)
+        if pod.pod_group:
+            self.in_group[pod.pod_group] = self.in_group.get(pod.pod_group, 0) + 1
         for plugin in self.profile.reserves:
             plugin.reserve(self.state, pod, self.view, node)
 
     def _rollback(self, pod: PodSpec, placement: Placement) -> None:
         node = self.view.cluster.index[placement.node]
         self.view.usage.place(placement, node, sign=-1)
+        if pod.pod_group:
+            self.in_group[pod.pod_group] -= 1
         for plugin in self.profile.reserves:
             plugin.unreserve(self.state, pod, self.view, node)
         self.epoch += 1

@@ -99,7 +99,11 @@ class DevicePicker(Plugin, Protocol):
 @runtime_checkable
 class PermitPlugin(Plugin, Protocol):
     def permit(self, state: CycleState, pod: PodSpec, placed_in_group: int, view: View) -> Status:
-        """After a pod is tentatively placed: SUCCESS to allow, UNSCHEDULABLE to roll back."""
+        """After a pod is tentatively placed: SUCCESS to allow, UNSCHEDULABLE to roll back.
+
+        `placed_in_group` counts the members of the pod's group placed in this cycle so far,
+        this pod and tentative placements included (0 for a pod without a group).
+        """
         ...
 
 
