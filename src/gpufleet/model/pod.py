@@ -211,11 +211,18 @@ class PodGroup:
     name: str
     min_member: int
     namespace: str = "default"
+    max_member: int | None = None
+    """Elastic gangs: members beyond `min_member` (up to this many in all) run when they fit
+    and are the first victims of preemption. None = as many as the job creates."""
 
     def __post_init__(self) -> None:
         if isinstance(self.min_member, bool) or not isinstance(self.min_member, int) or self.min_member < 1:
             raise ModelError(f"podgroup {self.namespace}/{self.name}: minMember",
                              f"must be at least 1, got {self.min_member!r}")
+        if self.max_member is not None and (isinstance(self.max_member, bool) or not isinstance(self.max_member, int)
+                                            or self.max_member < self.min_member):
+            raise ModelError(f"podgroup {self.namespace}/{self.name}: maxMember",
+                             f"must be a whole number >= minMember ({self.min_member}), got {self.max_member!r}")
 
     @property
     def key(self) -> str:
