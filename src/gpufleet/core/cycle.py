@@ -131,15 +131,17 @@ class _Cycle:
         devices = picker.pick_devices(self.state, pod, self.view, node) if picker else None
         if devices is None and g.kind is not GpuKind.NONE:
             devices = default_devices(pod, self.view, node)
-        name = self.view.cluster.names[node]
+        gpus: tuple[int, ...] = ()
+        slices: tuple[int, ...] = ()
+        milli = mem = 0
         if g.kind is GpuKind.MIG:
-            return Placement(pod.uid, name, pod.cpu_milli, pod.mem_mib, mig_slices=devices or (),
-                             pod_group=pod.pod_group)
-        if g.kind is GpuKind.NONE:
-            return Placement(pod.uid, name, pod.cpu_milli, pod.mem_mib, pod_group=pod.pod_group)
-        mem = int(self.view.cluster.gpu_mem[node, devices[0]]) if g.kind is GpuKind.WHOLE and devices else g.mem_mib
-        return Placement(pod.uid, name, pod.cpu_milli, pod.mem_mib, tuple(devices or ()),
-                         g.milli if g.kind is GpuKind.FRACTION else GPU_MILLI, mem, pod_group=pod.pod_group)
+            slices = tuple(devices or ())
+        elif g.kind is not GpuKind.NONE:
+            gpus = tuple(devices or ())
+            milli = g.milli if g.kind is GpuKind.FRACTION else GPU_MILLI
+            mem = int(self.view.cluster.gpu_mem[node, gpus[0]]) if g.kind is GpuKind.WHOLE and gpus else g.mem_mib
+        return Placement(pod.uid, self.view.cluster.names[node], pod.cpu_milli, pod.mem_mib, gpus, milli, mem,
+                         slices, pod.pod_group, pod.queue, pod.priority, pod.preemptible, self.state.now)
 
     def _commit(self, pod: PodSpec, placement: Placement, node: int) -> None:
         self.view.usage.place(placement, node)

@@ -27,3 +27,9 @@ class Placement:
     mig_slices: tuple[int, ...] = ()
     pod_group: str | None = None
     """The gang this pod belongs to, so running members count towards minMember."""
+    queue: str = "default"
+    priority: int = 0
+    preemptible: bool = True
+    started_s: float = 0.0
+    """What preemption and reclaim need to know of a running pod (copied from its PodSpec;
+    `started_s` is when it was bound, for the minimum-runtime protection)."""
