@@ -17,6 +17,7 @@ from gpufleet.model import ModelError
 COMMAND_MODULES = (
     "gpufleet.cli.simulate_cmd",
     "gpufleet.cli.agent_cmd",
+    "gpufleet.cli.scheduler_cmd",
 )
 
 

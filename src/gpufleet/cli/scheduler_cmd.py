@@ -1,0 +1,191 @@
+"""`gpufleet scheduler` (the live scheduler) and `gpufleet snapshot dump|replay` (offline what-if).
+
+    gpufleet scheduler [--kubeconfig PATH] --config PROFILE.yaml [--scheduler-name gpufleet]
+                       [--leader-elect] [--lease-namespace gpufleet-system] [--lease-name gpufleet-scheduler]
+                       [--http-port 8080] [--qps 50] [--burst 100] [--log-level INFO]
+    gpufleet snapshot dump [--kubeconfig PATH] [--scheduler-name gpufleet] > snap.json
+    gpufleet snapshot replay snap.json [--profile NAME|FILE] [--seed N]
+
+Without `--kubeconfig` the pod's service account is used. The identity in leader election
+is `$POD_NAME`, else the host name. SIGTERM stops the cycles, lets binds in flight finish,
+releases the lease and exits 0; a lost lease exits 1 so that the Deployment restarts the
+replica as a standby (kube-scheduler does the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from gpufleet.core.cycle import schedule
+from gpufleet.framework.profile import ProfileSettings, build_profile, load_profiles
+from gpufleet.framework.profiles import BUILTIN, builtin
+from gpufleet.framework.registry import BuildContext
+from gpufleet.framework.plugins.fragmentation import typical_tasks
+from gpufleet.kube import config as kube_config
+from gpufleet.kube import snapshot_io
+from gpufleet.kube.dump import collect
+from gpufleet.kube.errors import KubeError
+from gpufleet.kube.leader import LeaseSettings
+from gpufleet.kube.metrics import HealthServer, Metrics
+from gpufleet.kube.rest import Rest
+from gpufleet.kube.retry import Retrier, RetryPolicy
+from gpufleet.kube.scheduler import SchedulerService, ServiceSettings
+from gpufleet.model import ClusterSnapshot
+from gpufleet.model.annotations import SCHEDULER_NAME
+from gpufleet.cli.main import UsageError
+
+FIELD_MANAGER = "gpufleet-scheduler"
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("scheduler", help="run the live scheduler for pods with schedulerName gpufleet",
+                              description="Run the live scheduler (see docs/scheduler.md).")
+    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: the pod's service account)")
+    p.add_argument("--config", type=Path, required=True, metavar="PROFILE.yaml",
+                   help="scheduling profile (KubeSchedulerConfiguration-like YAML, see docs/concepts.md)")
+    p.add_argument("--scheduler-name", default=SCHEDULER_NAME, help="spec.schedulerName of the pods to place")
+    p.add_argument("--leader-elect", action="store_true", help="elect one active replica through a Lease")
+    p.add_argument("--lease-namespace", default="gpufleet-system")
+    p.add_argument("--lease-name", default="gpufleet-scheduler")
+    p.add_argument("--lease-duration", type=float, default=15.0, help="seconds (default 15)")
+    p.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (default 10)")
+    p.add_argument("--retry-period", type=float, default=2.0, help="seconds (default 2)")
+    p.add_argument("--http-port", type=int, default=8080, help="/metrics, /healthz, /readyz (0 = any free port)")
+    p.add_argument("--qps", type=float, default=50.0, help="client request budget per second, 0 = unlimited")
+    p.add_argument("--burst", type=int, default=100)
+    p.add_argument("--workers", type=int, default=16, help="binder threads (requests in flight)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=_run)
+
+    s = subparsers.add_parser("snapshot", help="dump the cluster as the scheduler sees it, or replay a dump offline")
+    s.set_defaults(func=lambda args: _help(s))
+    sub = s.add_subparsers(dest="snapshot_command", metavar="ACTION")
+    d = sub.add_parser("dump", help="print the scheduler's view of the cluster as JSON")
+    d.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: the pod's service account)")
+    d.add_argument("--scheduler-name", default=SCHEDULER_NAME)
+    d.set_defaults(func=_dump)
+    r = sub.add_parser("replay", help="run one cycle on a dump: what would the scheduler do")
+    r.add_argument("file", type=Path)
+    r.add_argument("--profile", default="default", help=f"built-in ({', '.join(BUILTIN)}) or a YAML file")
+    r.add_argument("--seed", type=int, default=0)
+    r.set_defaults(func=_replay)
+
+
+def _help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def load_profile(path: Path, scheduler_name: str) -> ProfileSettings:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    profiles = load_profiles(text, str(path))
+    return next((p for p in profiles if p.name == scheduler_name), profiles[0])
+
+
+def _connect(kubeconfig: Path | None) -> Rest:
+    try:
+        cfg = kube_config.from_kubeconfig(kubeconfig) if kubeconfig else kube_config.in_cluster()
+        return Rest(cfg, field_manager=FIELD_MANAGER)
+    except KubeError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot load a certificate: {exc.strerror or exc}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    profile = load_profile(args.config, args.scheduler_name)
+    build_profile(profile)  # unknown plugins or bad args: fail now, not in the first cycle
+    identity = os.environ.get("POD_NAME") or socket.gethostname()
+    lease = None
+    if args.leader_elect:
+        try:
+            lease = LeaseSettings(args.lease_namespace, args.lease_name, args.lease_duration, args.renew_deadline,
+                                  args.retry_period)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    rest = _connect(args.kubeconfig)
+    service = SchedulerService(rest, profile, ServiceSettings(
+        scheduler_name=args.scheduler_name, identity=f"{identity}_{os.getpid()}" if not os.environ.get("POD_NAME")
+        else identity, qps=args.qps, burst=args.burst, workers=args.workers, leader_election=lease))
+    try:
+        http = HealthServer(args.http_port, service.metrics, service.ready).start()
+    except OSError as exc:
+        raise UsageError(f"--http-port {args.http_port}: {exc.strerror or exc}") from None
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        service.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"gpufleet scheduler: {service.settings.identity} on {rest.source}, profile {profile.name}, "
+          f"http :{http.port}", file=sys.stderr, flush=True)
+    service.run()
+    service.shutdown()
+    http.stop()
+    rest.close()
+    if service.lost_lease:
+        print("gpufleet scheduler: lost the lease; exiting", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _dump(args: argparse.Namespace) -> int:
+    rest = _connect(args.kubeconfig)
+    try:
+        dump = collect(rest, Retrier(RetryPolicy(), logging.getLogger("gpufleet.snapshot")), args.scheduler_name)
+    except KubeError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        rest.close()
+    sys.stdout.write(snapshot_io.dumps(dump) + "\n")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    try:
+        text = args.file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{args.file}: no such file") from None
+    dump = snapshot_io.loads(text, str(args.file))
+    if args.profile in BUILTIN:
+        settings = builtin(args.profile)
+    else:
+        settings = load_profile(Path(args.profile), SCHEDULER_NAME)
+    snap = ClusterSnapshot.build(dump.nodes, dump.running, dump.pod_groups)
+    profile = build_profile(settings, BuildContext(typical_tasks(dump.pending)))
+    started = time.perf_counter()
+    result = schedule(snap, dump.pending, profile, now=time.time(), rng=random.Random(args.seed))
+    took = time.perf_counter() - started
+    names = {p.uid: p.key for p in dump.pending}
+    print(f"{len(dump.nodes)} nodes, {len(dump.running)} running, {len(dump.pending)} pending; "
+          f"profile {settings.name}: {len(result.binds)} bound, {len(result.unschedulable)} unschedulable "
+          f"({took * 1000:.0f} ms)")
+    if result.binds:
+        print(f"\n{'POD':<40} {'NODE':<24} DEVICES")
+        for b in result.binds:
+            devices = (f"gpus {','.join(map(str, b.gpus))}" + (f" x{b.milli}m" if b.milli < 1000 else "")
+                       if b.gpus else f"mig {','.join(map(str, b.mig_slices))}" if b.mig_slices else "-")
+            print(f"{names.get(b.pod, b.pod):<40} {b.node:<24} {devices}")
+    if result.unschedulable or dump.invalid:
+        print(f"\n{'POD':<40} REASON")
+        for uid, status in result.unschedulable.items():
+            print(f"{names.get(uid, uid):<40} {status.message}")
+        for key, error in dump.invalid.items():
+            print(f"{key:<40} {error}")
+    for e in result.evictions:
+        print(f"evict {e.pod}: {e.reason}")
+    return 0

@@ -1,0 +1,202 @@
+"""`Binder`: carries out a cycle's intents against the API, concurrently, under one QPS budget.
+
+Per bind (two requests, each taking a token of the client's `TokenBucket`):
+
+1. PATCH the pod (JSON merge patch) with its `gpufleet.io/gpu-assignment` annotation and the
+   `resourceVersion` the cycle saw, so a pod changed meanwhile (bound by someone else,
+   recreated) answers 409 and is not touched; the watch then tells what happened.
+2. POST `pods/{name}/binding` with the pod's UID (a recreated pod of the same name is not
+   bound by mistake) and the annotation again (the API server copies a Binding's annotations
+   onto the pod). 409 = already bound: the assumption is dropped, nothing is retried, and
+   the pod waits for its watch event instead of returning to the queue.
+
+5xx, 429 and timeouts are retried with backoff by the `Retrier` (logged once per kind);
+a bind that still fails returns the pod to the queue. The cache learns each outcome.
+
+Status writes (PodScheduled=False, reason Unschedulable, the core's message, no
+nominatedNodeName), evictions and PodGroup status go through the same pool and budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Mapping
+
+from gpufleet.kube.cache import SchedulerCache
+from gpufleet.kube.errors import KubeError, TemporaryError, api_errors
+from gpufleet.kube.events import EventRecorder
+from gpufleet.kube.metrics import Metrics
+from gpufleet.kube.ratelimit import TokenBucket
+from gpufleet.kube.rest import STRATEGIC, Rest, path
+from gpufleet.kube.retry import Retrier
+from gpufleet.kube.translate import assignment, meta
+from gpufleet.model import NodeInfo, Placement
+from gpufleet.model import annotations as ann
+
+log = logging.getLogger(__name__)
+Obj = Mapping[str, Any]
+UNSCHEDULABLE = "Unschedulable"
+GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+
+
+def pod_url(obj: Obj, sub: str | None = None) -> str:
+    m = meta(obj)
+    return path("v1", "pods", str(m.get("name", "")), str(m.get("namespace") or "default"), sub)
+
+
+def scheduled_condition(obj: Obj) -> Obj | None:
+    for c in (obj.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "PodScheduled":
+            result: Obj = c
+            return result
+    return None
+
+
+def status_is(obj: Obj, reason: str, message: str) -> bool:
+    """Whether the pod already shows PodScheduled=False with this reason and message, unnominated."""
+    c = scheduled_condition(obj)
+    return (c is not None and c.get("status") == "False" and c.get("reason") == reason
+            and c.get("message") == message and not (obj.get("status") or {}).get("nominatedNodeName"))
+
+
+class Binder:
+    def __init__(self, rest: Rest, cache: SchedulerCache, bucket: TokenBucket, retrier: Retrier,
+                 events: EventRecorder, metrics: Metrics, *, workers: int = 16,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._rest, self._cache, self._bucket, self._retrier = rest, cache, bucket, retrier
+        self._events, self._metrics, self._clock = events, metrics, clock
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
+        self.in_flight: set[str] = set()
+
+    def close(self, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+    # -- binds ------------------------------------------------------------------------------
+    def bind(self, key: str, obj: Obj, p: Placement, node: NodeInfo, first_seen: float) -> Future[bool]:
+        self._cache.assume(key, p)
+        return self._pool.submit(self._bind, key, obj, p, node, first_seen)
+
+    def _bind(self, key: str, obj: Obj, p: Placement, node: NodeInfo, first_seen: float) -> bool:
+        m = meta(obj)
+        text = ann.encode_assignment(assignment(p, node))
+        try:
+            body: dict[str, Any] = {"metadata": {"annotations": {ann.ASSIGNMENT_ANNOTATION: text}}}
+            if m.get("resourceVersion"):
+                body["metadata"]["resourceVersion"] = m["resourceVersion"]
+            self._call(f"annotate pod {key}", lambda: self._rest.patch(pod_url(obj), body), conflict_ok=False)
+            binding = {"apiVersion": "v1", "kind": "Binding",
+                       "metadata": {"name": m.get("name"), "namespace": m.get("namespace") or "default",
+                                    "uid": m.get("uid"), "annotations": {ann.ASSIGNMENT_ANNOTATION: text}},
+                       "target": {"apiVersion": "v1", "kind": "Node", "name": p.node}}
+            self._call(f"bind pod {key} to {p.node}", lambda: self._rest.post(pod_url(obj, "binding"), binding),
+                       conflict_ok=False)
+        except _Conflict:
+            # Bound meanwhile (or changed): not retried; the watch event decides what it is now.
+            self._metrics.bind_errors.labels("conflict").inc()
+            self._cache.forget(key)
+            return False
+        except KubeError as exc:
+            self._metrics.bind_errors.labels(exc.kind).inc()
+            self._cache.forget(key, obj)
+            return False
+        self._cache.finish_binding(key)
+        self._metrics.binds.inc()
+        self._metrics.e2e.observe(max(0.0, self._clock() - first_seen))
+        self._events.record(obj, reason="Scheduled", action="Binding",
+                            note=f"Successfully assigned {key} to {p.node}" + _devices(text))
+        return True
+
+    def _call(self, what: str, fn: Callable[[], object], *, conflict_ok: bool) -> None:
+        """One request under the QPS budget; retried on 5xx/429/timeouts, never on 409."""
+        def once() -> object:
+            self._bucket.acquire()
+            try:
+                with api_errors(what):
+                    return fn()
+            except TemporaryError as exc:
+                if exc.kind == "HTTP 409":
+                    raise _Conflict(str(exc)) from exc
+                raise
+        self._retrier.call(what, once)
+
+    # -- unschedulable pods -----------------------------------------------------------------
+    def mark_unschedulable(self, key: str, obj: Obj, message: str, reason: str = UNSCHEDULABLE) -> Future[bool]:
+        return self._pool.submit(self._status, key, obj, message, reason)
+
+    def _status(self, key: str, obj: Obj, message: str, reason: str) -> bool:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        body = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": reason,
+                                           "message": message, "lastProbeTime": None, "lastTransitionTime": now}],
+                           "nominatedNodeName": None}}
+        try:
+            self._call(f"update status of pod {key}",
+                       lambda: self._rest.patch(pod_url(obj, "status"), body, STRATEGIC), conflict_ok=True)
+        except (_Conflict, KubeError):
+            return False
+        if reason == UNSCHEDULABLE:
+            self._events.record(obj, reason="FailedScheduling", note=message, warning=True, limit_key=key)
+        return True
+
+    # -- evictions --------------------------------------------------------------------------
+    def evict(self, key: str, obj: Obj, why: str, *, attempts: int = 5) -> Future[bool]:
+        return self._pool.submit(self._evict, key, obj, why, attempts)
+
+    def _evict(self, key: str, obj: Obj, why: str, attempts: int) -> bool:
+        """POST pods/{name}/eviction; a 429 (a PodDisruptionBudget says not now) waits and retries."""
+        m = meta(obj)
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": m.get("name"), "namespace": m.get("namespace") or "default"}}
+        delay = 1.0
+        for attempt in range(attempts):
+            self._bucket.acquire()
+            try:
+                with api_errors(f"evict pod {key}"):
+                    self._rest.post(pod_url(obj, "eviction"), body)
+            except TemporaryError as exc:
+                if exc.kind == "HTTP 429" and attempt + 1 < attempts:
+                    self._metrics.evictions.labels("blocked").inc()
+                    log.info("eviction of %s blocked (%s); retrying in %.0f s", key, exc, exc.delay_s or delay)
+                    time.sleep(exc.delay_s or delay)
+                    delay = min(delay * 2, 30.0)
+                    continue
+                self._metrics.evictions.labels("failed").inc()
+                log.warning("%s", exc)
+                return False
+            except KubeError as exc:
+                self._metrics.evictions.labels("failed").inc()
+                log.warning("%s", exc)
+                return False
+            self._metrics.evictions.labels("evicted").inc()
+            self._events.record(obj, reason="Preempted", note=why, action="Preempting")
+            return True
+        return False
+
+    # -- pod groups -------------------------------------------------------------------------
+    def group_status(self, namespace: str, name: str, status: dict[str, Any]) -> Future[bool]:
+        return self._pool.submit(self._group_status, namespace, name, status)
+
+    def _group_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
+        url = path("scheduling.x-k8s.io/v1alpha1", "podgroups", name, namespace, "status")
+        try:
+            self._call(f"update status of podgroup {namespace}/{name}",
+                       lambda: self._rest.patch(url, {"status": status}), conflict_ok=True)
+            return True
+        except (_Conflict, KubeError):
+            return False
+
+
+class _Conflict(KubeError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "HTTP 409")
+
+
+def _devices(text: str) -> str:
+    a = ann.decode_assignment(text)
+    if a.mig:
+        return f" (MIG {', '.join(f'{m.gpu}#{m.slice}' for m in a.mig)})"
+    if a.gpus:
+        share = "" if a.milli >= ann.WHOLE_MILLI else f", {a.milli} milli"
+        return f" (GPUs {', '.join(a.gpus)}{share})"
+    return ""

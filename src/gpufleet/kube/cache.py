@@ -1,0 +1,369 @@
+"""`SchedulerCache`: the cluster as the informers last saw it, plus the scheduler's own assumptions.
+
+Informers call `upsert_*`/`delete_*`/`replace_*` from their threads; the scheduling loop calls
+`snapshot()` and `pending()`. One lock guards everything; `wait_for_change` lets the loop sleep
+until something happened.
+
+**Assumed pods** (kube-scheduler's assume cache). A placement counts in every snapshot from
+the moment the cycle decides it (`assume`) until the watch echo shows the pod bound with its
+assignment (then the bound pod's own placement takes over), or until `forget` (the bind failed
+or found the pod already bound), or until it expires `assume_ttl_s` after the bind call
+returned without an echo. So between a bind and its echo nothing is double-booked, and a pod
+is never offered to two cycles at once.
+
+**Restart.** Nothing is persisted: a new process lists every pod, and each bound pod's
+`gpufleet.io/gpu-assignment` annotation says which devices it holds. The annotation is written
+before the Binding, so a pod the old process bound has one; a pod it annotated but did not
+bind is still pending and is simply scheduled again (the annotation is overwritten).
+
+Bound pods that carry no assignment (placed by another scheduler through NVIDIA's device
+plugin, say) still hold GPUs: the snapshot gives them the lowest free devices of their node
+(whole GPUs or MIG slices), so gpufleet never counts those GPUs as free.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from gpufleet.kube import translate
+from gpufleet.model import (GPU_MILLI, Cluster, ClusterSnapshot, GpuKind, ModelError, NodeInfo, Placement,
+                            PodGroup, PodSpec, PodUid, Queue, Usage)
+from gpufleet.model.annotations import SCHEDULER_NAME
+
+log = logging.getLogger(__name__)
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A pod waiting for gpufleet: its spec, or why it cannot be scheduled as written."""
+
+    key: str
+    obj: Obj
+    spec: PodSpec | None
+    error: str = ""
+    gated: bool = False
+
+
+@dataclass(slots=True)
+class _Bound:
+    obj: Obj
+    spec: PodSpec
+    placement: Placement | None
+    """None while its node is unknown; recomputed when the node appears."""
+    needs_devices: bool = False
+    """Holds GPUs but carries no assignment: devices are chosen when a snapshot is built."""
+
+
+@dataclass(slots=True)
+class _Assumed:
+    placement: Placement
+    node: NodeInfo
+    expires: float | None = None
+    """None while the bind is in flight; set when the bind call returned."""
+
+
+class SchedulerCache:
+    def __init__(self, scheduler_name: str = SCHEDULER_NAME, *, assume_ttl_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.scheduler_name = scheduler_name
+        self.assume_ttl_s = assume_ttl_s
+        self._clock = clock
+        self._cond = threading.Condition()
+        self.version = 0
+        self._nodes: dict[str, NodeInfo] = {}
+        self._cluster: Cluster | None = None
+        self._pending: dict[str, Pending] = {}
+        self._bound: dict[str, _Bound] = {}
+        self._assumed: dict[str, _Assumed] = {}
+        self._groups: dict[str, PodGroup] = {}
+        self._queues: dict[str, Queue] = {}
+        self._bad: set[str] = set()
+
+    # -- change notification --------------------------------------------------------------
+    def _changed(self) -> None:
+        self.version += 1
+        self._cond.notify_all()
+
+    def wait_for_change(self, version: int, timeout_s: float) -> int:
+        """Block until the cache version differs from `version` (or the timeout); the new version."""
+        with self._cond:
+            if self.version == version:
+                self._cond.wait(timeout_s)
+            return self.version
+
+    def poke(self) -> None:
+        with self._cond:
+            self._changed()
+
+    # -- nodes ------------------------------------------------------------------------------
+    def upsert_node(self, obj: Obj) -> None:
+        name = str(translate.meta(obj).get("name", ""))
+        try:
+            info = translate.node_info(obj)
+        except ModelError as exc:
+            self._once(f"node/{name}", f"ignoring node {name}: {exc}")
+            info = None
+        with self._cond:
+            if info is None:
+                self._nodes.pop(name, None)
+            elif self._nodes.get(name) == info:
+                return
+            else:
+                self._nodes[name] = info
+            self._cluster = None
+            self._reattach(name)
+            self._changed()
+
+    def delete_node(self, obj: Obj) -> None:
+        name = str(translate.meta(obj).get("name", ""))
+        with self._cond:
+            if self._nodes.pop(name, None) is not None:
+                self._cluster = None
+                self._reattach(name)
+                self._changed()
+
+    def replace_nodes(self, objs: Iterable[Obj]) -> None:
+        objs = list(objs)
+        names = {str(translate.meta(o).get("name", "")) for o in objs}
+        with self._cond:
+            gone = [n for n in self._nodes if n not in names]
+        for o in objs:
+            self.upsert_node(o)
+        for n in gone:
+            self.delete_node({"metadata": {"name": n}})
+
+    def _reattach(self, node: str) -> None:
+        for key, b in self._bound.items():
+            if translate.node_name(b.obj) == node:
+                self._bound[key] = self._make_bound(key, b.obj, b.spec)
+
+    # -- pods -------------------------------------------------------------------------------
+    def upsert_pod(self, obj: Obj) -> None:
+        key = translate.key_of(obj)
+        with self._cond:
+            self._pending.pop(key, None)
+            self._bound.pop(key, None)
+            m = translate.meta(obj)
+            if translate.is_terminal(obj) or m.get("deletionTimestamp"):
+                self._assumed.pop(key, None)
+            elif translate.node_name(obj):
+                self._bound[key] = self._make_bound(key, obj, self._lenient_spec(obj))
+                self._assumed.pop(key, None)  # the echo: the bound pod's own placement takes over
+            elif (obj.get("spec") or {}).get("schedulerName") == self.scheduler_name:
+                self._pending[key] = self._make_pending(key, obj)
+            self._changed()
+
+    def delete_pod(self, obj: Obj) -> None:
+        key = translate.key_of(obj)
+        with self._cond:
+            found = [d.pop(key, None) for d in (self._pending, self._bound, self._assumed)]
+            if any(f is not None for f in found):
+                self._changed()
+
+    def replace_pods(self, objs: Iterable[Obj]) -> None:
+        objs = list(objs)
+        keys = {translate.key_of(o) for o in objs}
+        with self._cond:
+            for d in (self._pending, self._bound):
+                for k in [k for k in d if k not in keys]:
+                    del d[k]
+        for o in objs:
+            self.upsert_pod(o)
+
+    def _make_pending(self, key: str, obj: Obj) -> Pending:
+        if translate.scheduling_gated(obj):
+            return Pending(key, obj, None, "", gated=True)
+        try:
+            return Pending(key, obj, translate.pod_spec(obj))
+        except ModelError as exc:
+            return Pending(key, obj, None, str(exc))
+
+    def _lenient_spec(self, obj: Obj) -> PodSpec:
+        """A bound pod's spec; a request the scheduler would reject still holds its CPU and memory."""
+        try:
+            return translate.pod_spec(obj)
+        except ModelError:
+            m = translate.meta(obj)
+            return PodSpec(PodUid(str(m.get("uid") or translate.key_of(obj))), str(m.get("name", "")),
+                           str(m.get("namespace") or "default"))
+
+    def _make_bound(self, key: str, obj: Obj, spec: PodSpec) -> _Bound:
+        node = self._nodes.get(translate.node_name(obj))
+        if node is None:
+            return _Bound(obj, spec, None)
+        try:
+            p = translate.placement(obj, node, spec)
+        except ModelError as exc:
+            self._once(f"pod/{key}", f"pod {key}: {exc}; counting its CPU and memory only")
+            p = Placement(spec.uid, node.name, spec.cpu_milli, spec.mem_mib, pod_group=spec.pod_group)
+        needs = spec.gpu.kind is not GpuKind.NONE and not p.gpus and not p.mig_slices
+        return _Bound(obj, spec, p, needs)
+
+    # -- pod groups and queues --------------------------------------------------------------
+    def upsert_group(self, obj: Obj) -> None:
+        try:
+            g = translate.pod_group(obj)
+        except ModelError as exc:
+            self._once(f"pg/{translate.key_of(obj)}", f"ignoring {exc}")
+            return
+        with self._cond:
+            self._groups[g.key] = g
+            self._changed()
+
+    def delete_group(self, obj: Obj) -> None:
+        with self._cond:
+            self._groups.pop(translate.key_of(obj), None)
+            self._changed()
+
+    def replace_groups(self, objs: Iterable[Obj]) -> None:
+        with self._cond:
+            self._groups.clear()
+        for o in objs:
+            self.upsert_group(o)
+
+    def upsert_queue(self, obj: Obj) -> None:
+        try:
+            q = translate.queue(obj)
+        except ModelError as exc:
+            self._once(f"queue/{translate.key_of(obj)}", f"ignoring {exc}")
+            return
+        with self._cond:
+            self._queues[q.name] = q
+            self._changed()
+
+    def delete_queue(self, obj: Obj) -> None:
+        with self._cond:
+            self._queues.pop(translate.key_of(obj), None)
+            self._changed()
+
+    def replace_queues(self, objs: Iterable[Obj]) -> None:
+        with self._cond:
+            self._queues.clear()
+        for o in objs:
+            self.upsert_queue(o)
+
+    def queues(self) -> tuple[Queue, ...]:
+        with self._cond:
+            return tuple(self._queues.values())
+
+    def group(self, key: str) -> PodGroup | None:
+        with self._cond:
+            return self._groups.get(key)
+
+    # -- assumptions ------------------------------------------------------------------------
+    def assume(self, key: str, placement: Placement) -> None:
+        with self._cond:
+            self._pending.pop(key, None)
+            self._assumed[key] = _Assumed(placement, self._nodes[placement.node])
+            self._changed()
+
+    def finish_binding(self, key: str) -> None:
+        """The bind call returned: the assumption now waits for its echo, at most `assume_ttl_s`."""
+        with self._cond:
+            a = self._assumed.get(key)
+            if a is not None:
+                a.expires = self._clock() + self.assume_ttl_s
+
+    def forget(self, key: str, obj: Obj | None = None) -> None:
+        """Drop an assumption (the bind failed); the pod is pending again unless it got bound."""
+        with self._cond:
+            if self._assumed.pop(key, None) is not None and obj is not None and key not in self._bound:
+                self._pending[key] = self._make_pending(key, obj)
+            self._changed()
+
+    def assumed_count(self) -> int:
+        with self._cond:
+            return len(self._assumed)
+
+    # -- reads for the cycle --------------------------------------------------------------
+    def pending(self) -> list[Pending]:
+        with self._cond:
+            return list(self._pending.values())
+
+    def bound_objects(self) -> list[Obj]:
+        with self._cond:
+            return [b.obj for b in self._bound.values()]
+
+    def nodes(self) -> list[NodeInfo]:
+        with self._cond:
+            return list(self._nodes.values())
+
+    def snapshot(self) -> ClusterSnapshot:
+        """Nodes, bound and assumed pods, pod groups. Placements that would overcommit are skipped (logged once)."""
+        with self._cond:
+            self._expire()
+            if self._cluster is None:
+                self._cluster = Cluster(list(self._nodes.values()))
+            cluster = self._cluster
+            held = [b.placement for b in self._bound.values() if b.placement is not None and not b.needs_devices]
+            held += [a.placement for a in self._assumed.values()]
+            unassigned = [b for b in self._bound.values() if b.placement is not None and b.needs_devices]
+            groups = dict(self._groups)
+        usage = Usage(cluster)
+        placements: dict[PodUid, Placement] = {}
+        for p in held:
+            self._hold(cluster, usage, placements, p)
+        for b in unassigned:
+            assert b.placement is not None
+            p = _claim_devices(cluster, usage, b.placement, b.spec)
+            self._hold(cluster, usage, placements, p)
+        return ClusterSnapshot(cluster, usage, MappingProxyType(placements), MappingProxyType(groups))
+
+    def _hold(self, cluster: Cluster, usage: Usage, placements: dict[PodUid, Placement], p: Placement) -> None:
+        i = cluster.index.get(p.node)
+        if i is None or p.pod in placements:
+            return
+        start = int(cluster.slice_start[i])
+        if any(not 0 <= s < int(cluster.slice_end[i]) - start or usage.slice_used[start + s] for s in p.mig_slices) \
+                or any(not 0 <= j < int(cluster.gpu_count[i]) for j in p.gpus):
+            self._once(f"hold/{p.pod}", f"pod {p.pod} on {p.node}: its MIG slices or GPUs are not free; not counted")
+            return
+        usage.place(p, i)
+        problem = usage.overcommitted(i)
+        if problem:
+            usage.place(p, i, sign=-1)
+            self._once(f"hold/{p.pod}", f"pod {p.pod} on {p.node} would overcommit {problem}; not counted")
+            return
+        placements[p.pod] = p
+
+    def _expire(self) -> None:
+        now = self._clock()
+        for key in [k for k, a in self._assumed.items() if a.expires is not None and a.expires < now]:
+            log.warning("pod %s: no watch event %.0f s after its binding; assumption dropped", key, self.assume_ttl_s)
+            del self._assumed[key]
+
+    def _once(self, key: str, message: str) -> None:
+        if key not in self._bad:
+            self._bad.add(key)
+            log.warning("%s", message)
+
+
+def _claim_devices(cluster: Cluster, usage: Usage, p: Placement, spec: PodSpec) -> Placement:
+    """Give a bound pod without assignment the lowest free devices of its kind on its node."""
+    i = cluster.index.get(p.node)
+    g = spec.gpu
+    if i is None:
+        return p
+    if g.kind is GpuKind.MIG and g.mig_profile in cluster.mig_profile_id:
+        prof = cluster.mig_profile_id[g.mig_profile]
+        start, end = int(cluster.slice_start[i]), int(cluster.slice_end[i])
+        free = [s - start for s in range(start, end) if cluster.slice_prof[s] == prof and not usage.slice_used[s]]
+        return Placement(p.pod, p.node, p.cpu_milli, p.mem_mib, mig_slices=tuple(free[:g.count]),
+                         pod_group=p.pod_group)
+    if g.kind in (GpuKind.WHOLE, GpuKind.FRACTION):
+        n = int(cluster.gpu_count[i])
+        ok = cluster.gpu_whole_ok[i, :n]
+        used = usage.gpu_used_milli[i, :n]
+        free = [int(j) for j in np.flatnonzero(ok & (used + g.milli <= GPU_MILLI))]
+        mem = g.mem_mib if g.kind is GpuKind.FRACTION else int(cluster.gpu_mem[i, free[0]]) if free else 0
+        return Placement(p.pod, p.node, p.cpu_milli, p.mem_mib, tuple(free[:g.count]), g.milli, mem,
+                         pod_group=p.pod_group)
+    return p

@@ -1,0 +1,94 @@
+"""`EventRecorder`: `events.k8s.io/v1` Events, sent in the background and never in the way.
+
+Events are for people (`kubectl describe pod`), not for correctness, so they never delay a
+bind: `record()` queues one and returns; worker threads send them under their own token
+bucket (not the binds' QPS budget, as kube-scheduler's event broadcaster has its own
+client). When the queue is full the event is dropped and counted. A pod's repeated
+`FailedScheduling` with the same message is let through once per `repeat_interval_s`
+(a `PerKeyLimiter`), as client-go's event spam filter does.
+
+Fields follow interfaces.md section 5: `eventTime` as MicroTime, `reportingController`,
+`reportingInstance`, `action`, `reason`, `regarding`, `note`, `type`.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any, Mapping
+
+from gpufleet.kube.errors import KubeError
+from gpufleet.kube.leader import micro_time
+from gpufleet.kube.ratelimit import PerKeyLimiter, TokenBucket
+from gpufleet.kube.rest import Rest, path
+from gpufleet.kube.retry import Retrier
+
+log = logging.getLogger(__name__)
+CONTROLLER = "gpufleet.io/scheduler"
+
+
+def event_body(pod: Mapping[str, Any], *, reason: str, note: str, type_: str, action: str,
+               instance: str, now: float) -> dict[str, Any]:
+    m = pod.get("metadata") or {}
+    name = f"{m.get('name', '')}.{int(now * 1e9):x}"
+    return {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": m.get("namespace") or "default"},
+            "eventTime": micro_time(now), "reportingController": CONTROLLER, "reportingInstance": instance,
+            "action": action, "reason": reason, "type": type_, "note": note[:1024],
+            "regarding": {"apiVersion": "v1", "kind": "Pod", "name": m.get("name"),
+                          "namespace": m.get("namespace") or "default", "uid": m.get("uid")}}
+
+
+class EventRecorder:
+    def __init__(self, rest: Rest, retrier: Retrier, instance: str, *, qps: float = 50.0, burst: int = 100,
+                 repeat_interval_s: float = 60.0, workers: int = 2, capacity: int = 10_000) -> None:
+        self._rest, self._retrier, self.instance = rest, retrier, instance
+        self._bucket = TokenBucket(qps, burst)
+        self.limiter = PerKeyLimiter(repeat_interval_s)
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(capacity)
+        self.dropped = 0
+        self.sent = 0
+        self._threads = [threading.Thread(target=self._run, name=f"events-{i}", daemon=True) for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def record(self, pod: Mapping[str, Any], *, reason: str, note: str, warning: bool = False,
+               action: str = "Scheduling", limit_key: str | None = None) -> bool:
+        """Queue an event about `pod`; False if rate-limited or dropped."""
+        if limit_key is not None and not self.limiter.allow(limit_key, note):
+            return False
+        body = event_body(pod, reason=reason, note=note, type_="Warning" if warning else "Normal", action=action,
+                          instance=self.instance, now=time.time())
+        try:
+            self._queue.put_nowait(body)
+            return True
+        except queue.Full:
+            self.dropped += 1
+            return False
+
+    def _run(self) -> None:
+        while True:
+            body = self._queue.get()
+            if body is None:
+                return
+            ns = body["metadata"]["namespace"]
+            self._bucket.acquire()
+            try:
+                self._retrier.call(f"create event in {ns}",
+                                   lambda: self._rest.post(path("events.k8s.io/v1", "events", None, ns), body))
+                self.sent += 1
+            except KubeError:
+                pass  # the Retrier logged it once per kind
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Send what is queued (up to `timeout_s`), then stop the workers."""
+        deadline = time.monotonic() + timeout_s
+        while not self._queue.empty() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for _ in self._threads:
+            try:
+                self._queue.put_nowait(None)
+            except queue.Full:
+                break

@@ -1,0 +1,96 @@
+"""Prometheus metrics of the live scheduler and the small HTTP server for /metrics, /healthz, /readyz.
+
+| metric | type | labels | meaning |
+|---|---|---|---|
+| gpufleet_pending_pods | gauge | queue, reason | pods waiting: Unschedulable, SchedulingGated, InvalidRequest, Binding |
+| gpufleet_schedule_attempts_total | counter | result | scheduled, unschedulable, error (per pod per cycle) |
+| gpufleet_e2e_scheduling_duration_seconds | histogram | | first seen by this process to bound (the Binding returned) |
+| gpufleet_bind_errors_total | counter | reason | failed annotation patches or Bindings by HTTP status or error kind |
+| gpufleet_binds_total | counter | | successful Bindings |
+| gpufleet_gpu_allocation_ratio | gauge | | allocated GPU-milli / GPU-milli of all GPUs |
+| gpufleet_gpu_fragmentation_ratio | gauge | | FGD fragmentation of free GPU-milli / all GPU-milli |
+| gpufleet_cycle_duration_seconds | histogram | | one `schedule()` call with its snapshot |
+| gpufleet_leader | gauge | | 1 while this replica leads (or runs without election) |
+"""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.pending = Gauge("gpufleet_pending_pods", "Pods waiting for gpufleet, by queue and reason",
+                             ["queue", "reason"], registry=r)
+        self.attempts = Counter("gpufleet_schedule_attempts", "Scheduling attempts by result", ["result"], registry=r)
+        self.e2e = Histogram("gpufleet_e2e_scheduling_duration_seconds",
+                             "From the pod first seen to its Binding returned", buckets=LATENCY_BUCKETS, registry=r)
+        self.bind_errors = Counter("gpufleet_bind_errors", "Failed binds by reason", ["reason"], registry=r)
+        self.binds = Counter("gpufleet_binds", "Successful Bindings", registry=r)
+        self.allocation = Gauge("gpufleet_gpu_allocation_ratio", "Allocated GPU share of all GPUs", registry=r)
+        self.fragmentation = Gauge("gpufleet_gpu_fragmentation_ratio",
+                                   "FGD fragmentation (free GPU-milli unusable by typical tasks) / all GPU-milli",
+                                   registry=r)
+        self.cycle = Histogram("gpufleet_cycle_duration_seconds", "Snapshot plus schedule() per cycle",
+                               buckets=LATENCY_BUCKETS, registry=r)
+        self.leader = Gauge("gpufleet_leader", "1 while this replica is the leader", registry=r)
+        self.evictions = Counter("gpufleet_evictions", "Eviction calls by result", ["result"], registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class HealthServer:
+    """/metrics, /healthz (the process is alive), /readyz (`ready()`: informers synced, leading)."""
+
+    def __init__(self, port: int, metrics: Metrics, ready: Callable[[], bool], host: str = "0.0.0.0") -> None:
+        self._http = ThreadingHTTPServer((host, port), _handler(metrics, ready))
+        self._http.daemon_threads = True
+        self._thread = threading.Thread(target=self._http.serve_forever, name="http", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._http.server_address[1])
+
+    def start(self) -> HealthServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+
+
+def _handler(metrics: Metrics, ready: Callable[[], bool]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            route = self.path.split("?", 1)[0]
+            if route == "/metrics":
+                self._reply(200, metrics.render(), CONTENT_TYPE_LATEST)
+            elif route in ("/healthz", "/livez"):
+                self._reply(200, b"ok\n")
+            elif route == "/readyz":
+                ok = ready()
+                self._reply(200 if ok else 503, b"ok\n" if ok else b"not ready\n")
+            else:
+                self._reply(404, b"not found\n")
+
+        def _reply(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (inherited name)
+            pass
+
+    return Handler

@@ -1,0 +1,311 @@
+"""`SchedulerService`: the live scheduler, a loop of cycles over the informers' cache.
+
+Threads: one informer each for pods, nodes, PodGroups and Queues; the leader elector (when
+enabled); a pool of binder workers; event senders; the HTTP server; and the main thread,
+which runs the cycles. Sync threads rather than asyncio: the core is CPU-bound NumPy work
+that would block an event loop anyway, lightkube's sync client is what the agent already
+uses, and the concurrency needed (a few dozen requests in flight) is what a thread pool does
+well.
+
+A cycle, when the cache changed (and at least every `resync_s`), on the leader only:
+
+1. pending pods: gated ones get `SchedulingGated`, invalid requests `Unschedulable` with the
+   parse error, the rest go to the core;
+2. `schedule(snapshot, pending, profile, now, rng)`;
+3. binds are assumed in the cache and handed to the binder; unschedulable pods get their
+   condition (only when it changed) and a rate-limited `FailedScheduling` event; evictions go
+   to the Eviction API;
+4. PodGroup status and the gauges are refreshed.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from gpufleet.core.cycle import schedule
+from gpufleet.framework.plugins.fragmentation import FragModel, TypicalTask, typical_tasks
+from gpufleet.framework.profile import Profile, ProfileSettings, build_profile
+from gpufleet.framework.registry import BuildContext
+from gpufleet.kube import translate
+from gpufleet.kube.binder import GATED_MESSAGE, UNSCHEDULABLE, Binder, status_is
+from gpufleet.kube.cache import Pending, SchedulerCache
+from gpufleet.kube.events import EventRecorder
+from gpufleet.kube.informer import Handler, Informer
+from gpufleet.kube.leader import LeaderElector, LeaseSettings
+from gpufleet.kube.metrics import Metrics
+from gpufleet.kube.ratelimit import TokenBucket
+from gpufleet.kube.rest import Rest, path
+from gpufleet.kube.retry import Retrier, RetryPolicy
+from gpufleet.model import ClusterSnapshot, PodSpec, PodUid
+from gpufleet.model.annotations import SCHEDULER_NAME
+
+log = logging.getLogger(__name__)
+PODGROUPS = "scheduling.x-k8s.io/v1alpha1"
+QUEUES = "gpufleet.io/v1alpha1"
+NEEDS_TASKS = ("Fgd", "FragAware")
+"""Plugins that need the typical-task distribution: their profile is rebuilt as the mix changes."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSettings:
+    scheduler_name: str = SCHEDULER_NAME
+    identity: str = "gpufleet"
+    qps: float = 50.0
+    """Client-side budget for binds, status writes and evictions (kube-scheduler's default)."""
+    burst: int = 100
+    workers: int = 16
+    """Binder threads: requests in flight at once."""
+    leader_election: LeaseSettings | None = None
+    min_cycle_interval_s: float = 0.05
+    """Changes arriving within this interval are handled by one cycle."""
+    resync_s: float = 5.0
+    """Run a cycle at least this often while pods are pending (assumptions may have expired)."""
+    seed: int = 0
+    metrics_interval_s: float = 2.0
+    """How often the allocation and fragmentation gauges are recomputed."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+class SchedulerService:
+    def __init__(self, rest: Rest, profile: ProfileSettings, settings: ServiceSettings,
+                 metrics: Metrics | None = None) -> None:
+        self.rest, self.settings, self.profile_settings = rest, settings, profile
+        self.metrics = metrics or Metrics()
+        self.cache = SchedulerCache(settings.scheduler_name)
+        self.stop_event = threading.Event()
+        self.retrier = Retrier(settings.retry, logging.getLogger("gpufleet.kube.api"))
+        self.bucket = TokenBucket(settings.qps, settings.burst)
+        self.events = EventRecorder(rest, self.retrier, settings.identity, qps=max(settings.qps, 50.0),
+                                    burst=settings.burst)
+        self.binder = Binder(rest, self.cache, self.bucket, self.retrier, self.events, self.metrics,
+                             workers=settings.workers)
+        self.informers = self._informers()
+        self.elector = (LeaderElector(rest, settings.identity, settings.leader_election)
+                        if settings.leader_election else None)
+        self.cycles = 0
+        self._profile: Profile | None = None
+        self._profile_tasks: tuple[TypicalTask, ...] = ()
+        self._written: dict[str, str] = {}
+        """Pod key -> the reason/message last written, so an unchanged condition is not rewritten."""
+        self._groups_written: dict[str, Mapping[str, Any]] = {}
+        self._first_seen: dict[str, float] = {}
+        self._last_gauges = 0.0
+        self._lost = threading.Event()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def _informers(self) -> list[Informer]:
+        c, stop = self.cache, self.stop_event
+        return [
+            Informer(self.rest, "pods", path("v1", "pods"), Handler(c.replace_pods, c.upsert_pod, c.delete_pod), stop),
+            Informer(self.rest, "nodes", path("v1", "nodes"), Handler(c.replace_nodes, c.upsert_node, c.delete_node),
+                     stop),
+            Informer(self.rest, "podgroups", path(PODGROUPS, "podgroups"),
+                     Handler(c.replace_groups, c.upsert_group, c.delete_group), stop),
+            Informer(self.rest, "queues", path(QUEUES, "queues"),
+                     Handler(c.replace_queues, c.upsert_queue, c.delete_queue), stop),
+        ]
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers[:2])  # CRDs may be absent: not required
+
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.leading.is_set()
+
+    def ready(self) -> bool:
+        return self.synced() and self.leading() and not self.stop_event.is_set()
+
+    def start(self) -> None:
+        for i in self.informers:
+            i.start()
+        if self.elector is not None:
+            threading.Thread(target=self.elector.run, args=(self._on_lead, self._on_lose), name="leader",
+                             daemon=True).start()
+        else:
+            self.metrics.leader.set(1)
+
+    def _on_lead(self) -> None:
+        self.metrics.leader.set(1)
+        self._written.clear()  # another leader may have written conditions meanwhile
+        self.cache.poke()
+
+    def _on_lose(self) -> None:
+        self.metrics.leader.set(0)
+        self._lost.set()
+        self.stop_event.set()
+        self.cache.poke()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.cache.poke()
+
+    def shutdown(self) -> None:
+        """After `run` returned: finish binds in flight, release the lease, stop the helpers."""
+        self.binder.close(wait=True)
+        if self.elector is not None:
+            self.elector.stop()
+            self.elector.release()
+        self.events.close()
+
+    @property
+    def lost_lease(self) -> bool:
+        return self._lost.is_set()
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self, *, until: Callable[[], bool] = lambda: False) -> None:
+        """Cycle until `stop()` (or `until()`); returns with binds possibly still in flight."""
+        self.start()
+        while not self.stop_event.is_set() and not self.synced():
+            self.stop_event.wait(0.05)
+        log.info("informers synced: %d nodes, %d pending pods", len(self.cache.nodes()), len(self.cache.pending()))
+        seen = -1
+        while not self.stop_event.is_set() and not until():
+            version = self.cache.wait_for_change(seen, self.settings.resync_s)
+            if self.stop_event.is_set():
+                break
+            if not self.leading():
+                seen = version
+                continue
+            seen = version
+            self.cycle()
+            self.stop_event.wait(self.settings.min_cycle_interval_s)
+
+    def cycle(self) -> None:
+        """One scheduling cycle (see the module docstring)."""
+        started = time.monotonic()
+        pending = self.cache.pending()
+        now = time.monotonic()
+        specs: list[PodSpec] = []
+        by_uid: dict[PodUid, Pending] = {}
+        for p in pending:
+            self._first_seen.setdefault(p.key, now)
+            if p.gated:
+                self._report(p, GATED_MESSAGE, "SchedulingGated")
+            elif p.spec is None:
+                self._report(p, p.error, UNSCHEDULABLE)
+                self.metrics.attempts.labels("error").inc()
+            else:
+                specs.append(p.spec)
+                by_uid[p.spec.uid] = p
+        snapshot = self.cache.snapshot()
+        if specs and snapshot.cluster.n_nodes:
+            result = schedule(snapshot, specs, self._build_profile(specs), now=time.time(),
+                              rng=random.Random(self.settings.seed + self.cycles))
+            self.cycles += 1
+            self.metrics.cycle.observe(time.monotonic() - started)
+            nodes = {n.name: n for n in snapshot.cluster.nodes}
+            for placement in result.binds:
+                pod = by_uid[placement.pod]
+                self._written.pop(pod.key, None)
+                self.binder.bind(pod.key, pod.obj, placement, nodes[placement.node],
+                                 self._first_seen.pop(pod.key, now))
+            self.metrics.attempts.labels("scheduled").inc(len(result.binds))
+            for uid, status in result.unschedulable.items():
+                self._report(by_uid[uid], status.message or "no reason given", UNSCHEDULABLE)
+            self.metrics.attempts.labels("unschedulable").inc(len(result.unschedulable))
+            self._evict(result.evictions)
+        elif specs:
+            for p in by_uid.values():
+                self._report(p, "0/0 nodes are available.", UNSCHEDULABLE)
+        self._pending_gauge(pending)
+        self._groups()
+        self._gauges(snapshot, specs)
+
+    def _report(self, p: Pending, message: str, reason: str) -> None:
+        marker = f"{reason}\n{message}"
+        if self._written.get(p.key) == marker:
+            return
+        self._written[p.key] = marker
+        if status_is(p.obj, reason, message):
+            return  # already shows it (written before a restart, or by the previous leader)
+        self.binder.mark_unschedulable(p.key, p.obj, message, reason)
+
+    def _evict(self, evictions: tuple[Any, ...]) -> None:
+        if not evictions:
+            return
+        by_uid = {str(translate.meta(o).get("uid")): o for o in self.cache.bound_objects()}
+        for e in evictions:
+            obj = by_uid.get(str(e.pod))
+            if obj is not None:
+                self.binder.evict(translate.key_of(obj), obj, e.reason)
+
+    def _build_profile(self, specs: list[PodSpec]) -> Profile:
+        """The built profile; rebuilt when FGD-style scorers would see a new typical-task mix."""
+        if not any(s.name in NEEDS_TASKS for s in self.profile_settings.scores):
+            if self._profile is None:
+                self._profile = build_profile(self.profile_settings)
+            return self._profile
+        tasks = typical_tasks([*self._bound_specs(), *specs])
+        if self._profile is None or tasks != self._profile_tasks:
+            self._profile = build_profile(self.profile_settings, BuildContext(tasks))
+            self._profile_tasks = tasks
+        return self._profile
+
+    def _bound_specs(self) -> list[PodSpec]:
+        out = []
+        for obj in self.cache.bound_objects():
+            try:
+                out.append(translate.pod_spec(obj))
+            except Exception:  # noqa: BLE001 (a bound pod the core would reject still runs)
+                continue
+        return out
+
+    # -- status of groups and gauges --------------------------------------------------------
+    def _groups(self) -> None:
+        counts: dict[str, dict[str, int]] = {}
+        for obj in self.cache.bound_objects():
+            group = (translate.meta(obj).get("labels") or {}).get(translate.POD_GROUP_LABEL)
+            if not group:
+                continue
+            c = counts.setdefault(f"{translate.meta(obj).get('namespace') or 'default'}/{group}",
+                                  {"running": 0, "scheduled": 0})
+            c["scheduled"] += 1
+            if (obj.get("status") or {}).get("phase") == "Running":
+                c["running"] += 1
+        for p in self.cache.pending():
+            if p.spec is not None and p.spec.pod_group:
+                counts.setdefault(p.spec.pod_group, {"running": 0, "scheduled": 0})
+        for key, c in counts.items():
+            group = self.cache.group(key)
+            if group is None:
+                continue
+            phase = ("Running" if c["running"] >= group.min_member else
+                     "Scheduled" if c["scheduled"] >= group.min_member else
+                     "Scheduling" if c["scheduled"] else "Pending")
+            status = {"phase": phase, "running": c["running"], "scheduled": c["scheduled"]}
+            if self._groups_written.get(key) != status:
+                self._groups_written[key] = status
+                self.binder.group_status(group.namespace, group.name, dict(status))
+
+    def _pending_gauge(self, pending: list[Pending]) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        for p in pending:
+            queue = p.spec.queue if p.spec else (translate.meta(p.obj).get("labels") or {}).get(
+                "gpufleet.io/queue", "default")
+            reason = ("SchedulingGated" if p.gated else "InvalidRequest" if p.spec is None else
+                      "Unschedulable" if p.key in self._written else "Waiting")
+            counts[(queue, reason)] = counts.get((queue, reason), 0) + 1
+        self.metrics.pending.clear()
+        for (queue, reason), n in counts.items():
+            self.metrics.pending.labels(queue, reason).set(n)
+        self.metrics.pending.labels("", "Binding").set(self.cache.assumed_count())
+
+    def _gauges(self, snapshot: ClusterSnapshot, specs: list[PodSpec]) -> None:
+        now = time.monotonic()
+        if now - self._last_gauges < self.settings.metrics_interval_s:
+            return
+        self._last_gauges = now
+        capacity = snapshot.gpu_capacity_milli()
+        if not capacity:
+            return
+        self.metrics.allocation.set(snapshot.gpu_allocated_milli() / capacity)
+        tasks = typical_tasks(specs) or typical_tasks(self._bound_specs())
+        if tasks:
+            frag = FragModel(snapshot.cluster, tasks).nodes(snapshot.usage, np.arange(snapshot.cluster.n_nodes))
+            self.metrics.fragmentation.set(float(frag.sum()) / capacity)
