@@ -1,0 +1,79 @@
+"""RBAC is exactly what each component calls: every (apiGroup, resource, verb) below, nothing more.
+
+The lists are written out here, separately from deploy/, so that widening a rule (a new verb,
+a wildcard, another resource) fails this test until the list is changed on purpose.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.deploy import manifests
+from tests.deploy.manifests import Obj
+
+CLUSTER = "cluster"
+SCHEDULER: set[tuple[str, str, str, str]] = {
+    # (scope, apiGroup, resource, verb)
+    *((CLUSTER, "", "pods", v) for v in ("get", "list", "watch")),  # pod informer
+    (CLUSTER, "", "pods", "patch"),                 # gpufleet.io/gpu-assignment annotation before binding
+    (CLUSTER, "", "pods/binding", "create"),
+    (CLUSTER, "", "pods/status", "patch"),          # PodScheduled=False reason Unschedulable
+    (CLUSTER, "", "pods/eviction", "create"),       # preemption through the Eviction API (PDBs)
+    *((CLUSTER, g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")),
+    *((CLUSTER, "", "nodes", v) for v in ("get", "list", "watch")),
+    *((CLUSTER, "scheduling.x-k8s.io", "podgroups", v) for v in ("get", "list", "watch")),
+    *((CLUSTER, "scheduling.x-k8s.io", "podgroups/status", v) for v in ("update", "patch")),
+    *((CLUSTER, "gpufleet.io", "queues", v) for v in ("get", "list", "watch")),
+    *((CLUSTER, "gpufleet.io", "queues/status", v) for v in ("update", "patch")),
+    *((manifests.NAMESPACE, "coordination.k8s.io", "leases", v) for v in ("get", "create", "update")),
+}
+AGENT: set[tuple[str, str, str, str]] = {
+    # src/gpufleet/kube/node_api.py: GET/PATCH nodes/N, PATCH nodes/N/status, GET pods?fieldSelector=spec.nodeName=N
+    (CLUSTER, "", "nodes", "get"),
+    (CLUSTER, "", "nodes", "patch"),
+    (CLUSTER, "", "nodes/status", "patch"),
+    (CLUSTER, "", "pods", "list"),
+}
+
+
+def granted(objs: list[Obj], service_account: str) -> set[tuple[str, str, str, str]]:
+    """Every (scope, apiGroup, resource, verb) the bindings in `objs` give the service account."""
+    out = set()
+    for binding in (o for o in objs if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        subjects = binding.get("subjects", [])
+        if not any(s["kind"] == "ServiceAccount" and s["name"] == service_account
+                   and s["namespace"] == manifests.NAMESPACE for s in subjects):
+            continue
+        ref = binding["roleRef"]
+        role = manifests.find(objs, ref["kind"], ref["name"])
+        scope = CLUSTER if binding["kind"] == "ClusterRoleBinding" else binding["metadata"]["namespace"]
+        for rule in role["rules"]:
+            assert "resourceNames" not in rule and "nonResourceURLs" not in rule, rule
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        out.add((scope, group, resource, verb))
+    return out
+
+
+@pytest.mark.parametrize(("account", "expected"), [
+    pytest.param("gpufleet-scheduler", SCHEDULER, id="scheduler"),
+    pytest.param("gpufleet-agent", AGENT, id="agent"),
+])
+def test_each_service_account_gets_exactly_what_it_calls(rendered: list[Obj], account: str,
+                                                        expected: set[tuple[str, str, str, str]]) -> None:
+    got = granted(rendered, account)
+    assert not {g for g in got if "*" in g}, "no wildcards"
+    assert sorted(got - expected) == [], "granted but not needed"
+    assert sorted(expected - got) == [], "needed but not granted"
+
+
+def test_every_role_is_bound_and_the_workloads_use_their_service_accounts(rendered: list[Obj]) -> None:
+    roles = {(o["kind"], o["metadata"]["name"]) for o in rendered if o["kind"] in ("ClusterRole", "Role")}
+    bound = {(o["roleRef"]["kind"], o["roleRef"]["name"]) for o in rendered
+             if o["kind"] in ("ClusterRoleBinding", "RoleBinding")}
+    assert roles == bound
+    deployment = manifests.find(rendered, "Deployment", "gpufleet-scheduler")
+    daemonset = manifests.find(rendered, "DaemonSet", "gpufleet-agent")
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "gpufleet-scheduler"
+    assert daemonset["spec"]["template"]["spec"]["serviceAccountName"] == "gpufleet-agent"

@@ -1,0 +1,221 @@
+"""The scheduler Deployment and the agent DaemonSet: the CLI contracts they rely on, where they
+run, what they may do, and that their ConfigMaps hold configs gpufleet loads."""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Any
+
+import pytest
+
+from gpufleet.agent import configsource, fake, report
+from gpufleet.agent.inventory import inventory
+from gpufleet.agent.plan import plan_resources
+from gpufleet.cli import agent_cmd
+from gpufleet.cli.main import build_parser
+from gpufleet.framework.profile import build_profile, load_profiles
+from gpufleet.framework.profiles import builtin
+from gpufleet.model import annotations as ann
+from tests.deploy import manifests, podsecurity
+from tests.deploy.manifests import Obj
+
+IMAGE = "ghcr.io/gpufleet/gpufleet:0.1.0"
+SCHEDULER_COMMAND = ["gpufleet", "scheduler", "--config", "/etc/gpufleet/profile.yaml", "--leader-elect",
+                     "--lease-namespace", "gpufleet-system", "--http-port", "8080"]
+"""The contract with `gpufleet scheduler` (src/gpufleet/cli/scheduler_cmd.py): no --kubeconfig means
+the pod's service account; /metrics, /healthz and /readyz are served on --http-port."""
+
+
+def pod_spec(workload: Obj) -> dict[str, Any]:
+    spec: dict[str, Any] = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def container(workload: Obj) -> dict[str, Any]:
+    (only,) = pod_spec(workload)["containers"]
+    return only
+
+
+def mount_source(workload: Obj, path: str) -> tuple[dict[str, Any], str]:
+    """The volume holding `path` inside the container, and the path relative to the mount."""
+    c = container(workload)
+    mounts = [m for m in c["volumeMounts"] if path == m["mountPath"] or path.startswith(m["mountPath"] + "/")]
+    assert mounts, f"{path} is on no mounted volume"
+    mount = max(mounts, key=lambda m: len(m["mountPath"]))
+    (volume,) = [v for v in pod_spec(workload)["volumes"] if v["name"] == mount["name"]]
+    return volume, path[len(mount["mountPath"]):].lstrip("/")
+
+
+def env_field(workload: Obj, name: str) -> str:
+    (var,) = [e for e in container(workload)["env"] if e["name"] == name]
+    path: str = var["valueFrom"]["fieldRef"]["fieldPath"]
+    return path
+
+
+@pytest.fixture(scope="module")
+def scheduler(rendered: list[Obj]) -> Obj:
+    return manifests.find(rendered, "Deployment", "gpufleet-scheduler")
+
+
+@pytest.fixture(scope="module")
+def agent(rendered: list[Obj]) -> Obj:
+    return manifests.find(rendered, "DaemonSet", "gpufleet-agent")
+
+
+# -- scheduler ---------------------------------------------------------------------------------
+
+def test_scheduler_runs_the_cli_contract_with_its_profile_mounted(rendered: list[Obj], scheduler: Obj) -> None:
+    assert scheduler["spec"]["replicas"] == 2
+    c = container(scheduler)
+    assert c["image"] == IMAGE
+    assert c["command"] == SCHEDULER_COMMAND
+    volume, key = mount_source(scheduler, SCHEDULER_COMMAND[3])
+    config = manifests.find(rendered, "ConfigMap", volume["configMap"]["name"])
+    assert key in config["data"]
+    lease_ns = SCHEDULER_COMMAND[SCHEDULER_COMMAND.index("--lease-namespace") + 1]
+    role = manifests.find(rendered, "Role", "gpufleet-scheduler-leader-election")
+    assert role["metadata"]["namespace"] == lease_ns == scheduler["metadata"]["namespace"]
+    assert env_field(scheduler, "POD_NAME") == "metadata.name"  # the lease holder identity
+
+
+def test_scheduler_probes_and_metrics_service_use_the_http_port(rendered: list[Obj], scheduler: Obj) -> None:
+    c = container(scheduler)
+    port = int(SCHEDULER_COMMAND[SCHEDULER_COMMAND.index("--http-port") + 1])
+    assert c["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    labels = scheduler["spec"]["template"]["metadata"]["labels"]
+    service = manifests.find(rendered, "Service", "gpufleet-scheduler-metrics")
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+    pdb = manifests.find(rendered, "PodDisruptionBudget", "gpufleet-scheduler")
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert scheduler["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def test_scheduler_meets_pod_security_restricted(scheduler: Obj) -> None:
+    spec = pod_spec(scheduler)
+    assert podsecurity.violations(spec) == []
+    sc = container(scheduler)["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == 65532
+    assert not spec.get("hostNetwork")
+
+
+def test_scheduler_requests_and_limits_resources_and_spreads_its_replicas(scheduler: Obj) -> None:
+    resources = container(scheduler)["resources"]
+    assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}
+    (term,) = pod_spec(scheduler)["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= \
+        scheduler["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_the_profile_configmap_is_the_shipped_default_and_loads(rendered: list[Obj]) -> None:
+    text = manifests.find(rendered, "ConfigMap", "gpufleet-scheduler-config")["data"]["profile.yaml"]
+    shipped = (manifests.ROOT / "src/gpufleet/framework/profiles/default.yaml").read_text()
+    assert text == shipped, "deploy/scheduler/profile.yaml drifted from the built-in default profile"
+    (settings,) = load_profiles(text, "gpufleet-scheduler-config")
+    assert settings == builtin("default")
+    assert settings.name == ann.SCHEDULER_NAME
+    build_profile(settings)
+
+
+def test_image_tag_is_the_package_version() -> None:
+    version = tomllib.loads((manifests.ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert IMAGE.endswith(f":{version}")
+
+
+# -- agent -------------------------------------------------------------------------------------
+
+def test_agent_command_parses_with_the_agent_cli_and_matches_its_mounts(rendered: list[Obj], agent: Obj) -> None:
+    c = container(agent)
+    assert c["image"] == IMAGE and c["command"][0] == "gpufleet"
+    args = build_parser().parse_args(c["command"][1:])
+    assert args.func is agent_cmd._run
+    assert args.kubeconfig is None and not args.state_file and not args.nfd_file and not args.node_label
+    assert str(args.kubelet_dir) == agent_cmd.DEFAULT_KUBELET_DIR
+    volume, rest = mount_source(agent, str(args.kubelet_dir))
+    assert rest == "" and volume["hostPath"] == {"path": agent_cmd.DEFAULT_KUBELET_DIR, "type": "Directory"}
+    volume, rest = mount_source(agent, str(args.config))
+    assert rest == "" and volume["configMap"]["name"] == "gpufleet-agent-config"  # a directory of named configs
+    assert [p["containerPort"] for p in c["ports"]] == [args.metrics_port]
+    assert env_field(agent, "NODE_NAME") == "spec.nodeName"  # --node-name defaults to $NODE_NAME
+
+
+def matches(terms: list[dict[str, Any]], labels: dict[str, str]) -> bool:
+    """Required node affinity: terms are ORed, expressions ANDed (only In/Exists are used here)."""
+    def one(e: dict[str, Any]) -> bool:
+        if e["operator"] == "Exists":
+            return e["key"] in labels
+        assert e["operator"] == "In"
+        return labels.get(e["key"]) in e["values"]
+    return any(all(one(e) for e in t["matchExpressions"]) for t in terms)
+
+
+@pytest.mark.parametrize(("labels", "runs"), [
+    pytest.param({"nvidia.com/gpu.present": "true"}, True, id="GPU Operator label"),
+    pytest.param({"feature.node.kubernetes.io/pci-10de.present": "true"}, True, id="NFD PCI vendor label"),
+    pytest.param({"kubernetes.io/os": "linux"}, False, id="a CPU node"),
+    pytest.param({"nvidia.com/gpu.present": "false"}, False, id="GPU explicitly absent"),
+])
+def test_agent_runs_only_on_gpu_nodes(agent: Obj, labels: dict[str, str], runs: bool) -> None:
+    terms = pod_spec(agent)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert matches(terms["nodeSelectorTerms"], labels) is runs
+    assert "nodeSelector" not in pod_spec(agent)
+
+
+def tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool:
+    """Kubernetes' Toleration.ToleratesTaint."""
+    def one(t: dict[str, Any]) -> bool:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            return False
+        if t.get("key") and t["key"] != taint["key"]:
+            return False
+        if t.get("operator", "Equal") == "Exists":
+            return True
+        return bool(t.get("value", "") == taint.get("value", ""))
+    return any(one(t) for t in tolerations)
+
+
+@pytest.mark.parametrize("taint", [
+    pytest.param({"key": ann.GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}, id="the GPU taint"),
+    pytest.param({"key": ann.GPU_RESOURCE, "effect": "NoSchedule"}, id="the GPU taint without value"),
+    *(pytest.param({"key": f"{report.TAINT_PREFIX}GPU-0f3c", "value": "xid-79", "effect": effect},
+                   id=f"its own device taint, {effect}") for effect in ("NoSchedule", "PreferNoSchedule", "NoExecute")),
+    pytest.param({"key": "dedicated", "value": "team-a", "effect": "NoSchedule"}, id="a team's dedicated taint"),
+])
+def test_agent_tolerates_gpu_node_taints_and_its_own(agent: Obj, taint: dict[str, str]) -> None:
+    assert tolerates(pod_spec(agent)["tolerations"], taint)
+
+
+def test_agent_has_only_the_privileges_it_needs(agent: Obj) -> None:
+    spec = pod_spec(agent)
+    sc = container(agent)["securityContext"]
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
+    assert not (spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"))
+    assert [v["name"] for v in spec["volumes"] if "hostPath" in v] == ["device-plugins"]
+    # Exactly why the namespace is labelled privileged: root for the kubelet's directory, and its hostPath.
+    assert podsecurity.violations(spec) == [
+        "baseline: hostPath volume device-plugins",
+        "restricted: agent must run as non-root (runAsNonRoot true)",
+        "restricted: pod runAsUser 0",
+        "restricted: volume type ['hostPath'] (device-plugins)",
+    ]
+
+
+@pytest.mark.parametrize("fixture", fake.fixture_names())
+def test_the_agent_configmap_loads_and_plans_every_shipped_fixture(rendered: list[Obj], fixture: str) -> None:
+    data = manifests.find(rendered, "ConfigMap", "gpufleet-agent-config")["data"]
+    assert list(data) == ["default.yaml"]  # the only file, so every node uses it without a label
+    config = configsource.load_text(data["default.yaml"], "gpufleet-agent-config/default.yaml")
+    assert config.warnings == ()
+    backend = fake.load_fixture(fixture)
+    plans = plan_resources(inventory(backend.system(), backend.devices()), config)
+    resources = {p.resource for p in plans}
+    assert ann.GPU_MILLI_RESOURCE in resources  # fractions: every fixture has a GPU outside MIG mode
+    if fixture == "a100-mig":
+        assert any(r.startswith(ann.MIG_RESOURCE_PREFIX) for r in resources)  # migStrategy: mixed
