@@ -24,10 +24,13 @@ import numpy as np
 
 from gpufleet.core import explain as explaining
 from gpufleet.core import ordering
-from gpufleet.core.result import CycleResult
+from gpufleet.core import queued
+from gpufleet.core.queued import QueueContext
+from gpufleet.core.result import CycleResult, Eviction
 from gpufleet.framework.cycle_state import CycleState
 from gpufleet.framework.plugins.gpu_fit import default_devices
 from gpufleet.framework.profile import Profile
+from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.framework.status import Code, Status
 from gpufleet.model import (GPU_MILLI, Cluster, ClusterSnapshot, GpuKind, Placement, PodSpec, PodUid,
                             Usage)
@@ -58,10 +61,17 @@ class _Cycle:
         """Members of each pod group placed in this cycle so far, tentative ones included."""
         self.epoch = 0
         """Bumped when capacity is given back (rollback), invalidating `failed`."""
+        self.mask: np.ndarray | None = None
+        """Extra node mask set by the queue layer (held nodes, per-model queue limits)."""
+        self.mask_key: object = None
+        """Identifies `mask` in the failure cache: pods fail alike only under the same mask."""
+        self._running_groups: dict[str, int] | None = None
+        self.nominated: list[Placement] = []
+        self.evictions: list[Eviction] = []
 
     # -- one pod ----------------------------------------------------------------------------
     def place(self, pod: PodSpec) -> Placement | Status:
-        key = constraint_key(pod)
+        key = (constraint_key(pod), self.mask_key)
         hit = self.failed.get(key)
         if hit is not None and hit[0] == self.epoch:
             return hit[1]
@@ -103,7 +113,7 @@ class _Cycle:
         return None
 
     def _feasible(self, pod: PodSpec) -> np.ndarray:
-        mask = None
+        mask = self.mask
         for plugin in self.profile.filters:
             m = plugin.filter(self.state, pod, self.view)
             if m is not None:
@@ -159,22 +169,59 @@ class _Cycle:
             plugin.unreserve(self.state, pod, self.view, node)
         self.epoch += 1
 
+    def running_members(self, group_key: str) -> int:
+        """Members of a pod group running before this cycle (counted once per cycle)."""
+        if self._running_groups is None:
+            counts: dict[str, int] = {}
+            for p in self.snapshot.placements.values():
+                if p.pod_group is not None:
+                    counts[p.pod_group] = counts.get(p.pod_group, 0) + 1
+            self._running_groups = counts
+        return self._running_groups.get(group_key, 0)
+
     # -- units ------------------------------------------------------------------------------
-    def run_single(self, pod: PodSpec) -> None:
+    def fits(self, pod: PodSpec, node: int, usage: Usage) -> bool:
+        """Whether `pod` passes every filter on `node` if the usage were `usage` (preemption's what-if)."""
+        real = self.view.usage
+        self.view.usage = usage
+        try:
+            return bool(node in set(self._feasible(pod).tolist()))
+        finally:
+            self.view.usage = real
+
+    def feasible_under(self, pod: PodSpec, usage: Usage) -> np.ndarray:
+        real = self.view.usage
+        self.view.usage = usage
+        try:
+            return self._feasible(pod)
+        finally:
+            self.view.usage = real
+
+    def run_unit(self, unit: list[PodSpec]) -> list[Placement]:
+        return self.run_single(unit[0]) if unit[0].pod_group is None else self.run_gang(unit)
+
+    def run_single(self, pod: PodSpec) -> list[Placement]:
         result = self.place(pod)
         if isinstance(result, Placement):
             self.binds.append(result)
-        else:
-            self.unschedulable[pod.uid] = result
+            return [result]
+        self.unschedulable[pod.uid] = result
+        return []
 
-    def run_gang(self, members: list[PodSpec]) -> None:
+    def run_gang(self, members: list[PodSpec]) -> list[Placement]:
         group_key = members[0].pod_group or ""
         group = self.snapshot.pod_groups.get(group_key)
-        running = sum(1 for p in self.snapshot.placements.values() if p.pod_group == group_key)
+        running = self.running_members(group_key)
         # Without a PodGroup object the gang is the pending members themselves: all of them.
         need = group.min_member - running if group else len(members)
         placed: list[tuple[PodSpec, Placement]] = []
         failures: dict[PodUid, Status] = {}
+        if group is not None and group.max_member is not None:
+            room = max(group.max_member - running, 0)
+            for pod in members[room:]:
+                failures[pod.uid] = Status(Code.UNSCHEDULABLE, (
+                    f"pod group {group_key} already has maxMember {group.max_member} pods running or placed",), "Gang")
+            members = members[:room]
         for pod in members:
             result = self.place(pod)
             if isinstance(result, Placement):
@@ -184,7 +231,7 @@ class _Cycle:
         if len(placed) >= need:
             self.binds.extend(p for _, p in placed)
             self.unschedulable.update(failures)
-            return
+            return [p for _, p in placed]
         for pod, placement in reversed(placed):
             self._rollback(pod, placement)
         why = (f"pod group {group_key}: only {len(placed) + running} of minMember "
@@ -193,15 +240,22 @@ class _Cycle:
             inner = failures.get(pod.uid)
             reasons = (why,) + (inner.reasons if inner else ())
             self.unschedulable[pod.uid] = Status(Code.UNSCHEDULABLE, reasons, "Gang")
+        return []
 
 
 def schedule(snapshot: ClusterSnapshot, pending: Sequence[PodSpec], profile: Profile, *,
-             now: float, rng: random.Random) -> CycleResult:
-    """Place as many `pending` pods as the profile allows; never mutates `snapshot`."""
+             now: float, rng: random.Random, queues: QueueContext | None = None) -> CycleResult:
+    """Place as many `pending` pods as the profile allows; never mutates `snapshot`.
+
+    Without queues and with the profile's default queueing (priority order, no preemption)
+    this is kube-scheduler's loop; otherwise `core.queued` orders units across queues,
+    enforces queue limits, holds nodes for starving units and preempts (see its docstring).
+    """
     cycle = _Cycle(snapshot, profile, now, rng)
-    for unit in ordering.order(pending):
-        if unit[0].pod_group is None:
-            cycle.run_single(unit[0])
-        else:
-            cycle.run_gang(unit)
-    return CycleResult(tuple(cycle.binds), (), dict(cycle.unschedulable))
+    if queues is None and profile.queueing == QueueingConfig():
+        for unit in ordering.order(pending):
+            cycle.run_unit(unit)
+    else:
+        queued.run(cycle, pending, profile.queueing, queues or QueueContext())
+    return CycleResult(tuple(cycle.binds), tuple(cycle.evictions), dict(cycle.unschedulable),
+                       tuple(cycle.nominated))

@@ -1,19 +1,30 @@
-"""Which pending pod goes first: higher priority, then older, then uid (a total, stable order).
+"""Which pending pod goes first, and how pods form units (a single pod, or a gang).
 
-Gang members are pulled forward to their group's first member so a gang is placed as one
-unit. Queue fair share (a later layer) plugs in here as a sort key.
+The default order is kube-scheduler's: higher priority, then older, then uid (a total,
+stable order). Gang members are pulled forward to their group's first member so a gang is
+placed as one unit. Queue-aware orders (fair share, least attained service) pass their own
+key and interleave queues in `core.queued`.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from gpufleet.model import PodSpec
 
 
-def order(pending: Sequence[PodSpec]) -> list[list[PodSpec]]:
+def by_priority(p: PodSpec) -> tuple[object, ...]:
+    return (-p.priority, p.created_s, p.uid)
+
+
+def by_arrival(p: PodSpec) -> tuple[object, ...]:
+    return (p.created_s, p.uid)
+
+
+def order(pending: Sequence[PodSpec], key: Callable[[PodSpec], tuple[object, ...]] = by_priority
+          ) -> list[list[PodSpec]]:
     """Units to place, in order: a single pod, or all pending members of one pod group."""
-    ranked = sorted(pending, key=lambda p: (-p.priority, p.created_s, p.uid))
+    ranked = sorted(pending, key=key)
     units: list[list[PodSpec]] = []
     groups: dict[str, list[PodSpec]] = {}
     for pod in ranked:

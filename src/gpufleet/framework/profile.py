@@ -26,6 +26,7 @@ import yaml
 
 from gpufleet.framework.interfaces import (DevicePicker, FilterPlugin, NormalizeScorePlugin, PermitPlugin, Plugin,
                                            PreFilterPlugin, ReservePlugin, ScorePlugin)
+from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.framework.registry import BuildContext, Entry, NoArgs, default_registry
 
 DEFAULT_FILTERS = ("NodeResourcesFit", "TaintToleration", "NodeAffinity", "GpuFit")
@@ -50,6 +51,7 @@ class ProfileSettings:
     scores: tuple[ScoreRef, ...] = ()
     plugin_args: Mapping[str, Any] = field(default_factory=dict)
     """Validated `Args` dataclass per plugin name."""
+    queueing: QueueingConfig = QueueingConfig()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,7 @@ class Profile:
     permits: tuple[PermitPlugin, ...] = ()
     normalizing: tuple[bool, ...] = ()
     """Per entry of `scores`: whether it normalises (classified once here, not per cycle)."""
+    queueing: QueueingConfig = QueueingConfig()
 
 
 def build_profile(settings: ProfileSettings, context: BuildContext = BuildContext(),
@@ -100,7 +103,8 @@ def build_profile(settings: ProfileSettings, context: BuildContext = BuildContex
                    picker,
                    tuple(p for p in every if isinstance(p, ReservePlugin)),
                    tuple(p for p in every if isinstance(p, PermitPlugin)),
-                   tuple(isinstance(p, NormalizeScorePlugin) for p, _ in scores))
+                   tuple(isinstance(p, NormalizeScorePlugin) for p, _ in scores),
+                   settings.queueing)
 
 
 # -- YAML -------------------------------------------------------------------------------------
@@ -126,7 +130,7 @@ def load_profiles(text: str, source: str = "profile", registry: Mapping[str, Ent
 
 def _profile(raw: object, where: str, reg: Mapping[str, Entry]) -> ProfileSettings:
     body = _mapping(raw, where)
-    _only(body, {"schedulerName", "plugins", "pluginConfig"}, where)
+    _only(body, {"schedulerName", "plugins", "pluginConfig", "queueing"}, where)
     name = body.get("schedulerName", "gpufleet")
     if not isinstance(name, str) or not name:
         raise ProfileError(f"{where}.schedulerName: must be a non-empty string")
@@ -150,7 +154,11 @@ def _profile(raw: object, where: str, reg: Mapping[str, Entry]) -> ProfileSettin
         if pname not in reg:
             raise ProfileError(f"{w}.name: unknown plugin {pname!r}")
         args[str(pname)] = parse_args(reg[str(pname)].args_type, entry.get("args", {}), f"{w}.args")
-    return ProfileSettings(name, filters, scores, args)
+    queueing = parse_args(QueueingConfig, body.get("queueing", {}), f"{where}.queueing")
+    problem = queueing.problem()
+    if problem is not None:
+        raise ProfileError(f"{where}.queueing.{problem[0]}: {problem[1]}")
+    return ProfileSettings(name, filters, scores, args, queueing)
 
 
 def _enabled(raw: object, where: str) -> list[object]:

@@ -95,6 +95,7 @@ class PodBuilder:
         self._queue = "default"
         self._group: str | None = None
         self._created = 0.0
+        self._preemptible = True
 
     def cpu(self, milli: int) -> PodBuilder:
         self._cpu = milli
@@ -155,12 +156,17 @@ class PodBuilder:
         self._created = t
         return self
 
+    def preemptible(self, yes: bool = True) -> PodBuilder:
+        self._preemptible = yes
+        return self
+
     def build(self) -> PodSpec:
         return PodSpec(PodUid(f"{self._namespace}/{self._name}"), self._name, self._namespace,
                        self._cpu, self._mem, self._gpu, self._models,
                        MappingProxyType(dict(self._selector)), tuple(self._affinity),
                        tuple(self._tolerations), self._priority, self._queue,
-                       f"{self._namespace}/{self._group}" if self._group else None, True, self._created)
+                       f"{self._namespace}/{self._group}" if self._group else None, self._preemptible,
+                       self._created)
 
 
 def make_node(name: str) -> NodeBuilder:

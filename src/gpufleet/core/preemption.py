@@ -1,0 +1,262 @@
+"""Preemption and reclaim: make room for a pending unit by evicting the pods that matter least.
+
+Who may be a victim of pending pod P in leaf queue Q:
+- every victim is preemptible, has run at least `minRuntimeSeconds`, and was evicted fewer
+  than `maxPreemptionsPerPodPerHour` times in the last hour;
+- priority preemption (`preemption: true`): pods of Q with a lower priority than P; in the
+  las order, pods of any queue on a higher attained-service level than P's job;
+- reclaim (`reclaim: true`): pods of another queue that holds more than its fair share of
+  the dimension P is scheduled for (GPUs, or CPU and memory for a pod without GPUs), if Q
+  stays within its own fair share once P runs.
+The last rule is what keeps reclaim from looping: the reclaiming queue ends at or below its
+share and the victim's queue started above its own, so the victim's queue can never reclaim
+back from it; priority preemption cannot loop because victims have lower priority.
+
+Gangs: a victim that belongs to a gang takes its whole gang with it, unless the gang runs
+more than minMember pods (an elastic gang), in which case that member alone is an extra and
+extras are always the first victims.
+
+Per pending pod, as kube-scheduler does: remove every candidate, keep the nodes where the pod
+then fits, and on each (at most eight, fewest candidates first) give back candidates most
+important first (non-extra, highest priority, longest running) while the pod still fits;
+what cannot be given back are the victims. The node whose victims have the lowest highest
+priority, then lowest priority sum, fewest pods, most recently started wins. A gang of
+preemptors is placed member by member and rolled back whole if fewer than its minimum fit.
+Everything placed here is `nominated`: it starts once its victims are gone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from gpufleet.core.quota import F64, GPU_DIM, QueueBook
+from gpufleet.core.result import Eviction
+from gpufleet.framework.queueing import QueueingConfig
+from gpufleet.model import Placement, PodSpec, PodUid
+
+if TYPE_CHECKING:
+    from gpufleet.core.cycle import _Cycle
+    from gpufleet.core.queued import QueueContext
+
+MAX_NODES = 8
+_EPS = 1e-6
+HOUR_S = 3600.0
+
+VictimUnit = tuple[Placement, ...]
+
+
+@dataclass(slots=True)
+class _Journal:
+    placed: list[tuple[PodSpec, Placement]]
+    evicted: list[tuple[Placement, str]]
+
+
+class _Preemptor:
+    def __init__(self, cycle: _Cycle, book: QueueBook, fair: F64, ctx: QueueContext, cfg: QueueingConfig,
+                 held: np.ndarray) -> None:
+        self.cycle, self.book, self.fair, self.ctx, self.cfg, self.held = cycle, book, fair, ctx, cfg, held
+        now = cycle.state.now
+        self.evicted: set[PodUid] = set()
+        self.by_queue: dict[int, list[Placement]] = {}
+        self.groups: dict[str, list[Placement]] = {}
+        for p in cycle.snapshot.placements.values():
+            if p.pod_group is not None:
+                self.groups.setdefault(p.pod_group, []).append(p)
+            if not self._protected(p, now):
+                self.by_queue.setdefault(book.queue_of(p.queue), []).append(p)
+        for victims in self.by_queue.values():
+            victims.sort(key=lambda p: (p.priority, -p.started_s, p.pod))
+        self.protected_groups = {g for g, members in self.groups.items()
+                                 if any(self._protected(m, now) for m in members)}
+
+    def _protected(self, p: Placement, now: float) -> bool:
+        if not p.preemptible or now - p.started_s < self.cfg.min_runtime_seconds:
+            return True
+        recent = sum(1 for t in self.ctx.evicted_at.get(p.pod, ()) if now - t < HOUR_S)
+        return recent >= self.cfg.max_preemptions_per_pod_per_hour
+
+    # -- who may be evicted for `pod` -------------------------------------------------------
+    def candidates(self, pod: PodSpec, q: int, unit_total: F64) -> list[VictimUnit]:
+        from gpufleet.core.queued import las_level
+        cfg, book = self.cfg, self.book
+        found: list[Placement] = []
+        if cfg.preemption and cfg.order == "las":
+            levels = cfg.las_thresholds_gpu_seconds
+            mine = las_level(levels, self.ctx.attained_gpu_s.get(pod.uid, 0.0))
+            for victims in self.by_queue.values():
+                found.extend(p for p in victims
+                             if las_level(levels, self.ctx.attained_gpu_s.get(p.pod, 0.0)) > mine)
+        elif cfg.preemption:
+            for p in self.by_queue.get(q, ()):
+                if p.priority >= pod.priority:
+                    break
+                found.append(p)
+        if cfg.reclaim and self._within_fair(q, unit_total):
+            dims = self._dims(unit_total)
+            for other, victims in self.by_queue.items():
+                if other != q and (book.alloc[other, dims] > self.fair[other, dims] + _EPS).any():
+                    found.extend(victims)
+        return self._units(found)
+
+    def _dims(self, vec: F64) -> list[int]:
+        return [GPU_DIM] if vec[GPU_DIM] > 0 else [0, 1]
+
+    def _within_fair(self, q: int, total: F64) -> bool:
+        dims = self._dims(total)
+        return bool((self.book.alloc[q, dims] + total[dims] <= self.fair[q, dims] + _EPS).all())
+
+    def _units(self, found: list[Placement]) -> list[VictimUnit]:
+        units: list[VictimUnit] = []
+        seen: set[PodUid] = set()
+        allowed = {p.pod for p in found}
+        for p in found:
+            if p.pod in self.evicted or p.pod in seen:
+                continue
+            if p.pod_group is None:
+                units.append((p,))
+                seen.add(p.pod)
+                continue
+            members = [m for m in self.groups.get(p.pod_group, ()) if m.pod not in self.evicted]
+            group = self.cycle.snapshot.pod_groups.get(p.pod_group)
+            if group is not None and len(members) - 1 >= group.min_member:
+                units.append((p,))  # an extra member of an elastic gang
+                seen.add(p.pod)
+            elif p.pod_group not in self.protected_groups and all(m.pod in allowed for m in members):
+                units.append(tuple(members))
+                seen.update(m.pod for m in members)
+        return units
+
+    # -- where, and whom ---------------------------------------------------------------------
+    def choose(self, pod: PodSpec, units: list[VictimUnit]) -> tuple[int, list[VictimUnit]] | None:
+        cycle = self.cycle
+        index = cycle.view.cluster.index
+        usage = cycle.view.usage.copy()
+        count = np.zeros(cycle.view.cluster.n_nodes, dtype=np.int64)
+        for unit in units:
+            for p in unit:
+                i = index[p.node]
+                usage.place(p, i, sign=-1)
+                count[i] += 1
+        feasible = cycle.feasible_under(pod, usage)
+        feasible = feasible[count[feasible] > 0]
+        if len(feasible) == 0:
+            return None
+        ranked = feasible[np.lexsort((feasible, count[feasible]))][:MAX_NODES]
+        best: tuple[tuple[float, ...], int, list[VictimUnit]] | None = None
+        for node in ranked.tolist():
+            here = [u for u in units if any(index[p.node] == node for p in u)]
+            victims = self._reprieve(pod, node, here)
+            if victims is None:
+                continue
+            pods = [p for u in victims for p in u]
+            cost = (max(p.priority for p in pods), sum(p.priority for p in pods), len(pods),
+                    -max(p.started_s for p in pods), node)
+            if best is None or cost < best[0]:
+                best = (cost, node, victims)
+        return None if best is None else (best[1], best[2])
+
+    def _reprieve(self, pod: PodSpec, node: int, here: list[VictimUnit]) -> list[VictimUnit] | None:
+        cycle = self.cycle
+        index = cycle.view.cluster.index
+        usage = cycle.view.usage.copy()
+        for unit in here:
+            for p in unit:
+                usage.place(p, index[p.node], sign=-1)
+        if not cycle.fits(pod, node, usage):
+            return None
+        important_first = sorted(here, key=lambda u: (self._is_extra(u), -max(p.priority for p in u),
+                                                      min(p.started_s for p in u)))
+        victims: list[VictimUnit] = []
+        for unit in important_first:
+            for p in unit:
+                usage.place(p, index[p.node])
+            if not cycle.fits(pod, node, usage):
+                for p in unit:
+                    usage.place(p, index[p.node], sign=-1)
+                victims.append(unit)
+        return victims
+
+    def _is_extra(self, unit: VictimUnit) -> bool:
+        return len(unit) == 1 and unit[0].pod_group is not None
+
+    # -- carrying out, and undoing ----------------------------------------------------------
+    def evict(self, unit: VictimUnit, why: str, journal: _Journal) -> None:
+        for p in unit:
+            self.cycle.view.usage.place(p, self.cycle.view.cluster.index[p.node], sign=-1)
+            self.book.add(self.book.queue_of(p.queue), self.book.placement_vector(p), sign=-1)
+            self.evicted.add(p.pod)
+            journal.evicted.append((p, why))
+        self.cycle.epoch += 1
+
+    def undo(self, journal: _Journal) -> None:
+        cycle = self.cycle
+        for pod, placement in reversed(journal.placed):
+            cycle._rollback(pod, placement)
+            self.book.add(self.book.queue_of(pod.queue), self.book.placement_vector(placement), sign=-1)
+        for p, _ in reversed(journal.evicted):
+            cycle.view.usage.place(p, cycle.view.cluster.index[p.node])
+            self.book.add(self.book.queue_of(p.queue), self.book.placement_vector(p))
+            self.evicted.discard(p.pod)
+
+    def why(self, pod: PodSpec, q: int, victim: Placement) -> str:
+        theirs = self.book.queue_of(victim.queue)
+        if theirs != q:
+            return (f"reclaimed by queue {self.book.names[q]} for pod {pod.key}: queue "
+                    f"{self.book.names[theirs]} holds more than its fair share")
+        if self.cfg.order == "las":
+            return f"preempted by pod {pod.key}, whose job has received less GPU time"
+        return f"preempted by pod {pod.key} (priority {pod.priority} > {victim.priority}) in queue {self.book.names[q]}"
+
+
+def run(cycle: _Cycle, book: QueueBook, fair: F64, ctx: QueueContext, cfg: QueueingConfig, held: np.ndarray,
+        units: Sequence[list[PodSpec]]) -> None:
+    """Try to make room for each of `units` (pending units, in scheduling order)."""
+    if not units:
+        return
+    preemptor = _Preemptor(cycle, book, fair, ctx, cfg, held)
+    for unit in units:
+        _try_unit(preemptor, unit)
+
+
+def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
+    from gpufleet.core.queued import node_mask
+    cycle, book = pre.cycle, pre.book
+    q = book.queue_of(unit[0].queue)
+    if not book.is_leaf(q) or any(p.uid not in cycle.unschedulable for p in unit):
+        return
+    group = cycle.snapshot.pod_groups.get(unit[0].pod_group or "")
+    need = len(unit) if unit[0].pod_group is None or group is None else group.min_member - cycle.running_members(
+        unit[0].pod_group)
+    total = sum((book.pod_vector(p) for p in unit), np.zeros(len(book.dims)))
+    if book.over_limit(q, total * (max(need, 1) / len(unit))) is not None:
+        return
+    journal = _Journal([], [])
+    placed: list[Placement] = []
+    for i, pod in enumerate(unit):
+        if len(placed) + (len(unit) - i) < need:
+            break
+        cycle.mask, cycle.mask_key = node_mask(cycle, book, q, pod, pre.held)
+        fitted = cycle.place(pod)
+        if not isinstance(fitted, Placement):
+            units = pre.candidates(pod, q, total)
+            choice = pre.choose(pod, units) if units else None
+            if choice is None:
+                continue
+            node, victims = choice
+            for victim in victims:
+                pre.evict(victim, pre.why(pod, q, victim[0]), journal)
+            fitted = cycle._placement(pod, node)
+            cycle._commit(pod, fitted, node)
+        journal.placed.append((pod, fitted))
+        book.add(q, book.placement_vector(fitted))
+        placed.append(fitted)
+    if len(placed) < max(need, 1) or not journal.evicted:
+        pre.undo(journal)
+        return
+    for pod, placement in journal.placed:
+        cycle.unschedulable.pop(pod.uid, None)
+        cycle.nominated.append(placement)
+    cycle.evictions.extend(Eviction(p.pod, why, unit[0].uid) for p, why in journal.evicted)

@@ -1,0 +1,140 @@
+"""Queue accounting for one cycle: what each queue and its ancestors hold, per dimension.
+
+Dimensions are `cpu` (milli), `memory` (MiB), `gpu` (GPU-milli, every model) and one
+`gpu/<model>` per GPU model of the cluster. A MIG slice counts as its compute share of one
+GPU (a 3g slice is 3/7 of a GPU). Adding a pod to a queue adds it to every ancestor, so
+limits and guarantees of inner queues hold for their whole subtree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.model import GPU_MILLI, Cluster, GpuKind, Placement, PodSpec, QueueTree
+from gpufleet.model.queue import CPU, GPU, GPU_MODEL_PREFIX, MEMORY
+
+F64 = npt.NDArray[np.float64]
+BASE = (CPU, MEMORY, GPU)
+GPU_DIM = 2
+
+
+def mig_milli(profile: str) -> int:
+    """GPU-milli of one MIG slice: its compute slices of 7 (`3g.40gb` -> 428)."""
+    return GPU_MILLI * int(profile.split("g.", 1)[0]) // 7
+
+
+def pod_gpu_milli(pod: PodSpec) -> int:
+    g = pod.gpu
+    if g.kind is GpuKind.MIG and g.mig_profile is not None:
+        return g.count * mig_milli(g.mig_profile)
+    return g.total_milli
+
+
+def placement_gpu_milli(p: Placement, cluster: Cluster) -> int:
+    milli = len(p.gpus) * p.milli
+    if p.mig_slices:
+        start = int(cluster.slice_start[cluster.index[p.node]])
+        milli += sum(mig_milli(cluster.mig_profiles[int(cluster.slice_prof[start + s])]) for s in p.mig_slices)
+    return milli
+
+
+class QueueBook:
+    """Per-queue allocation, guarantees, limits and weights as arrays [queue, dimension]."""
+
+    def __init__(self, tree: QueueTree, cluster: Cluster) -> None:
+        self.tree = tree
+        self.cluster = cluster
+        self.names: tuple[str, ...] = tuple(sorted(tree.queues))
+        self.index: dict[str, int] = {n: i for i, n in enumerate(self.names)}
+        self.dims: tuple[str, ...] = BASE + tuple(GPU_MODEL_PREFIX + m for m in cluster.models)
+        dim_index = {d: k for k, d in enumerate(self.dims)}
+        n, d = len(self.names), len(self.dims)
+        self.up: list[tuple[int, ...]] = [tuple(self.index[a] for a in reversed(tree.path(q))) for q in self.names]
+        """Each queue, then its ancestors up to the root."""
+        self.children: list[tuple[int, ...]] = [tuple(self.index[c] for c in tree.children.get(q, ()))
+                                                for q in self.names]
+        self.roots: tuple[int, ...] = tuple(self.index[c] for c in tree.children.get(None, ()))
+        self.weight: list[float] = [float(tree.queues[q].weight) for q in self.names]
+        self.guaranteed: F64 = np.zeros((n, d))
+        self.limit: F64 = np.full((n, d), np.inf)
+        for i, q in enumerate(self.names):
+            queue = tree.queues[q]
+            for dim, amount in queue.guaranteed.items():
+                if dim in dim_index:
+                    self.guaranteed[i, dim_index[dim]] = amount
+            for dim, amount in queue.limit.items():
+                if dim in dim_index:
+                    self.limit[i, dim_index[dim]] = amount
+            if not queue.borrow:
+                capped = self.guaranteed[i] > 0
+                self.limit[i, capped] = np.minimum(self.limit[i, capped], self.guaranteed[i, capped])
+        self.model_limited = [bool(np.isfinite(self.limit[list(self.up[i]), len(BASE):]).any())
+                              for i in range(n)]
+        """Whether a queue or an ancestor limits some GPU model (then nodes are masked per model)."""
+        gpus = cluster.gpu_count.astype(np.float64) * GPU_MILLI
+        per_model = [float(gpus[cluster.model_id == m].sum()) for m in range(len(cluster.models))]
+        self.capacity: F64 = np.array([float(cluster.cap_cpu.sum()), float(cluster.cap_mem.sum()),
+                                       float(gpus.sum()), *per_model])
+        self.alloc: F64 = np.zeros((n, d))
+        self.inv_capacity: F64 = np.where(self.capacity > 0, 1.0 / np.maximum(self.capacity, 1.0), 0.0)
+        self.dominant: list[float] = [0.0] * n
+        """max over dimensions of alloc / capacity, kept current by `add`."""
+
+    def queue_of(self, name: str) -> int:
+        return self.index[self.tree.leaf_of(name)]
+
+    def is_leaf(self, q: int) -> bool:
+        return not self.children[q]
+
+    def vector(self, cpu: int, mem: int, gpu_milli: int, model_id: int = -1) -> F64:
+        v = np.zeros(len(self.dims))
+        v[0], v[1], v[2] = cpu, mem, gpu_milli
+        if model_id >= 0 and gpu_milli:
+            v[len(BASE) + model_id] = gpu_milli
+        return v
+
+    def pod_vector(self, pod: PodSpec, node: int = -1) -> F64:
+        model = int(self.cluster.model_id[node]) if node >= 0 else -1
+        return self.vector(pod.cpu_milli, pod.mem_mib, pod_gpu_milli(pod), model)
+
+    def placement_vector(self, p: Placement) -> F64:
+        node = self.cluster.index[p.node]
+        return self.vector(p.cpu_milli, p.mem_mib, placement_gpu_milli(p, self.cluster),
+                           int(self.cluster.model_id[node]))
+
+    def add(self, q: int, vec: F64, sign: int = 1) -> None:
+        for a in self.up[q]:
+            self.alloc[a] += sign * vec
+            self.dominant[a] = float((self.alloc[a] * self.inv_capacity).max())
+
+    def over_limit(self, q: int, vec: F64) -> str | None:
+        """Why adding `vec` to queue q breaks a limit of q or an ancestor (model dimensions excluded)."""
+        for a in self.up[q]:
+            after = self.alloc[a, :len(BASE)] + vec[:len(BASE)]
+            over = np.flatnonzero((after > self.limit[a, :len(BASE)]) & (vec[:len(BASE)] > 0))
+            if len(over):
+                k = int(over[0])
+                return (f"queue {self.names[a]}: limit of {_amount(self.dims[k], self.limit[a, k])} reached "
+                        f"({_amount(self.dims[k], self.alloc[a, k])} in use, the pod asks "
+                        f"{_amount(self.dims[k], vec[k])})")
+        return None
+
+    def allowed_models(self, q: int, gpu_milli: int) -> npt.NDArray[np.bool_]:
+        """Per GPU model: whether `gpu_milli` more of it stays within q's and its ancestors' limits."""
+        ok = np.ones(len(self.dims) - len(BASE), dtype=np.bool_)
+        for a in self.up[q]:
+            ok &= self.alloc[a, len(BASE):] + gpu_milli <= self.limit[a, len(BASE):]
+        return ok
+
+    def below_guarantee(self, q: int) -> bool:
+        return bool((self.alloc[q] < self.guaranteed[q]).any())
+
+
+def _amount(dim: str, value: float) -> str:
+    if dim == CPU:
+        return f"{value / 1000:g} CPU"
+    if dim == MEMORY:
+        return f"{value / 1024:g} GiB memory"
+    gpus = f"{value / GPU_MILLI:g}"
+    return f"{gpus} GPU" if dim == GPU else f"{gpus} {dim[len(GPU_MODEL_PREFIX):]} GPU"
