@@ -65,7 +65,8 @@ def find(objs: list[Obj], kind: str, name: str) -> Obj:
 
 def validate_builtin(obj: Obj) -> str:
     """Validate with kubernetes-validate (strict); returns the Kubernetes version used."""
-    return kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+    version: str = kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+    return version
 
 
 # -- custom resources against our CRDs ---------------------------------------------------------

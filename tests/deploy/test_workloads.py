@@ -3,6 +3,7 @@ run, what they may do, and that their ConfigMaps hold configs gpufleet loads."""
 
 from __future__ import annotations
 
+import argparse
 import tomllib
 from typing import Any
 
@@ -33,7 +34,8 @@ def pod_spec(workload: Obj) -> dict[str, Any]:
 
 def container(workload: Obj) -> dict[str, Any]:
     (only,) = pod_spec(workload)["containers"]
-    return only
+    c: dict[str, Any] = only
+    return c
 
 
 def mount_source(workload: Obj, path: str) -> tuple[dict[str, Any], str]:
@@ -76,6 +78,19 @@ def test_scheduler_runs_the_cli_contract_with_its_profile_mounted(rendered: list
     role = manifests.find(rendered, "Role", "gpufleet-scheduler-leader-election")
     assert role["metadata"]["namespace"] == lease_ns == scheduler["metadata"]["namespace"]
     assert env_field(scheduler, "POD_NAME") == "metadata.name"  # the lease holder identity
+
+
+def test_scheduler_command_parses_with_the_scheduler_cli(rendered: list[Obj]) -> None:
+    """The contract seen from the other side, once `gpufleet scheduler` exists (it is written alongside)."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    if "scheduler" not in commands:
+        pytest.skip("`gpufleet scheduler` is not registered in gpufleet.cli.main yet")
+    args = parser.parse_args(SCHEDULER_COMMAND[1:])
+    assert args.kubeconfig is None and args.leader_elect is True  # in-cluster service account
+    assert str(args.config) == SCHEDULER_COMMAND[3] and args.http_port == 8080
+    role = manifests.find(rendered, "Role", "gpufleet-scheduler-leader-election")
+    assert args.lease_namespace == role["metadata"]["namespace"]
 
 
 def test_scheduler_probes_and_metrics_service_use_the_http_port(rendered: list[Obj], scheduler: Obj) -> None:
