@@ -64,6 +64,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--qps", type=float, default=50.0, help="client request budget per second, 0 = unlimited")
     p.add_argument("--burst", type=int, default=100)
     p.add_argument("--workers", type=int, default=16, help="binder threads (requests in flight)")
+    p.add_argument("--assign-with", choices=["binding", "patch"], default="binding",
+                   help="write the GPU assignment annotation in the Binding (one request, default) or PATCH it "
+                        "before binding (for API servers that do not copy a Binding's annotations)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_run)
 
@@ -107,6 +110,7 @@ def _connect(kubeconfig: Path | None) -> Rest:
 
 def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request otherwise
     profile = load_profile(args.config, args.scheduler_name)
     build_profile(profile)  # unknown plugins or bad args: fail now, not in the first cycle
     identity = os.environ.get("POD_NAME") or socket.gethostname()
@@ -120,7 +124,8 @@ def _run(args: argparse.Namespace) -> int:
     rest = _connect(args.kubeconfig)
     service = SchedulerService(rest, profile, ServiceSettings(
         scheduler_name=args.scheduler_name, identity=f"{identity}_{os.getpid()}" if not os.environ.get("POD_NAME")
-        else identity, qps=args.qps, burst=args.burst, workers=args.workers, leader_election=lease))
+        else identity, qps=args.qps, burst=args.burst, workers=args.workers, leader_election=lease,
+        assign=args.assign_with))
     try:
         http = HealthServer(args.http_port, service.metrics, service.ready).start()
     except OSError as exc:

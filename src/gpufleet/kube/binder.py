@@ -1,14 +1,17 @@
 """`Binder`: carries out a cycle's intents against the API, concurrently, under one QPS budget.
 
-Per bind (two requests, each taking a token of the client's `TokenBucket`):
+Per bind, each request taking a token of the client's `TokenBucket`:
 
-1. PATCH the pod (JSON merge patch) with its `gpufleet.io/gpu-assignment` annotation and the
-   `resourceVersion` the cycle saw, so a pod changed meanwhile (bound by someone else,
-   recreated) answers 409 and is not touched; the watch then tells what happened.
+1. (`assign="patch"` only) PATCH the pod (JSON merge patch) with its
+   `gpufleet.io/gpu-assignment` annotation and the `resourceVersion` the cycle saw, so a pod
+   changed meanwhile (bound by someone else, recreated) answers 409 and is not touched.
 2. POST `pods/{name}/binding` with the pod's UID (a recreated pod of the same name is not
-   bound by mistake) and the annotation again (the API server copies a Binding's annotations
-   onto the pod). 409 = already bound: the assumption is dropped, nothing is retried, and
-   the pod waits for its watch event instead of returning to the queue.
+   bound by mistake) and the annotation in the Binding's metadata: the API server copies a
+   Binding's annotations onto the pod in the same write that sets `nodeName`
+   (`BindingREST.setPodHostAndAnnotations`). So by default (`assign="binding"`) a bind is
+   one request, and the annotation and the node can never disagree. 409 = already bound:
+   the assumption is dropped, nothing is retried, and the pod waits for its watch event
+   instead of returning to the queue.
 
 5xx, 429 and timeouts are retried with backoff by the `Retrier` (logged once per kind);
 a bind that still fails returns the pod to the queue. The cache learns each outcome.
@@ -63,8 +66,11 @@ def status_is(obj: Obj, reason: str, message: str) -> bool:
 
 class Binder:
     def __init__(self, rest: Rest, cache: SchedulerCache, bucket: TokenBucket, retrier: Retrier,
-                 events: EventRecorder, metrics: Metrics, *, workers: int = 16,
+                 events: EventRecorder, metrics: Metrics, *, workers: int = 16, assign: str = "binding",
                  clock: Callable[[], float] = time.monotonic) -> None:
+        if assign not in ("binding", "patch"):
+            raise ValueError(f"assign must be 'binding' or 'patch', got {assign!r}")
+        self.assign = assign
         self._rest, self._cache, self._bucket, self._retrier = rest, cache, bucket, retrier
         self._events, self._metrics, self._clock = events, metrics, clock
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
@@ -85,13 +91,13 @@ class Binder:
             body: dict[str, Any] = {"metadata": {"annotations": {ann.ASSIGNMENT_ANNOTATION: text}}}
             if m.get("resourceVersion"):
                 body["metadata"]["resourceVersion"] = m["resourceVersion"]
-            self._call(f"annotate pod {key}", lambda: self._rest.patch(pod_url(obj), body), conflict_ok=False)
+            if self.assign == "patch":
+                self._call(f"annotate pod {key}", lambda: self._rest.patch(pod_url(obj), body))
             binding = {"apiVersion": "v1", "kind": "Binding",
                        "metadata": {"name": m.get("name"), "namespace": m.get("namespace") or "default",
                                     "uid": m.get("uid"), "annotations": {ann.ASSIGNMENT_ANNOTATION: text}},
                        "target": {"apiVersion": "v1", "kind": "Node", "name": p.node}}
-            self._call(f"bind pod {key} to {p.node}", lambda: self._rest.post(pod_url(obj, "binding"), binding),
-                       conflict_ok=False)
+            self._call(f"bind pod {key} to {p.node}", lambda: self._rest.post(pod_url(obj, "binding"), binding))
         except _Conflict:
             # Bound meanwhile (or changed): not retried; the watch event decides what it is now.
             self._metrics.bind_errors.labels("conflict").inc()
@@ -108,7 +114,7 @@ class Binder:
                             note=f"Successfully assigned {key} to {p.node}" + _devices(text))
         return True
 
-    def _call(self, what: str, fn: Callable[[], object], *, conflict_ok: bool) -> None:
+    def _call(self, what: str, fn: Callable[[], object]) -> None:
         """One request under the QPS budget; retried on 5xx/429/timeouts, never on 409."""
         def once() -> object:
             self._bucket.acquire()
@@ -132,7 +138,7 @@ class Binder:
                            "nominatedNodeName": None}}
         try:
             self._call(f"update status of pod {key}",
-                       lambda: self._rest.patch(pod_url(obj, "status"), body, STRATEGIC), conflict_ok=True)
+                       lambda: self._rest.patch(pod_url(obj, "status"), body, STRATEGIC))
         except (_Conflict, KubeError):
             return False
         if reason == UNSCHEDULABLE:
@@ -181,7 +187,7 @@ class Binder:
         url = path("scheduling.x-k8s.io/v1alpha1", "podgroups", name, namespace, "status")
         try:
             self._call(f"update status of podgroup {namespace}/{name}",
-                       lambda: self._rest.patch(url, {"status": status}), conflict_ok=True)
+                       lambda: self._rest.patch(url, {"status": status}))
             return True
         except (_Conflict, KubeError):
             return False

@@ -23,6 +23,7 @@ plugin, say) still hold GPUs: the snapshot gives them the lowest free devices of
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -86,6 +87,8 @@ class SchedulerCache:
         self._groups: dict[str, PodGroup] = {}
         self._queues: dict[str, Queue] = {}
         self._bad: set[str] = set()
+        self._finished: dict[str, tuple[str, str]] = {}
+        """Terminal gang members: pod key -> (group key, phase), for the PodGroup status."""
 
     # -- change notification --------------------------------------------------------------
     def _changed(self) -> None:
@@ -154,6 +157,10 @@ class SchedulerCache:
             m = translate.meta(obj)
             if translate.is_terminal(obj) or m.get("deletionTimestamp"):
                 self._assumed.pop(key, None)
+                group = (m.get("labels") or {}).get(translate.POD_GROUP_LABEL)
+                if group and translate.is_terminal(obj):
+                    self._finished[key] = (f"{m.get('namespace') or 'default'}/{group}",
+                                           str((obj.get("status") or {}).get("phase")))
             elif translate.node_name(obj):
                 self._bound[key] = self._make_bound(key, obj, self._lenient_spec(obj))
                 self._assumed.pop(key, None)  # the echo: the bound pod's own placement takes over
@@ -164,6 +171,7 @@ class SchedulerCache:
     def delete_pod(self, obj: Obj) -> None:
         key = translate.key_of(obj)
         with self._cond:
+            self._finished.pop(key, None)
             found = [d.pop(key, None) for d in (self._pending, self._bound, self._assumed)]
             if any(f is not None for f in found):
                 self._changed()
@@ -288,6 +296,10 @@ class SchedulerCache:
         with self._cond:
             return list(self._pending.values())
 
+    def finished_members(self) -> list[tuple[str, str]]:
+        with self._cond:
+            return list(self._finished.values())
+
     def bound_objects(self) -> list[Obj]:
         with self._cond:
             return [b.obj for b in self._bound.values()]
@@ -356,14 +368,12 @@ def _claim_devices(cluster: Cluster, usage: Usage, p: Placement, spec: PodSpec) 
         prof = cluster.mig_profile_id[g.mig_profile]
         start, end = int(cluster.slice_start[i]), int(cluster.slice_end[i])
         free = [s - start for s in range(start, end) if cluster.slice_prof[s] == prof and not usage.slice_used[s]]
-        return Placement(p.pod, p.node, p.cpu_milli, p.mem_mib, mig_slices=tuple(free[:g.count]),
-                         pod_group=p.pod_group)
+        return dataclasses.replace(p, mig_slices=tuple(free[:g.count]))
     if g.kind in (GpuKind.WHOLE, GpuKind.FRACTION):
         n = int(cluster.gpu_count[i])
         ok = cluster.gpu_whole_ok[i, :n]
         used = usage.gpu_used_milli[i, :n]
         free = [int(j) for j in np.flatnonzero(ok & (used + g.milli <= GPU_MILLI))]
         mem = g.mem_mib if g.kind is GpuKind.FRACTION else int(cluster.gpu_mem[i, free[0]]) if free else 0
-        return Placement(p.pod, p.node, p.cpu_milli, p.mem_mib, tuple(free[:g.count]), g.milli, mem,
-                         pod_group=p.pod_group)
+        return dataclasses.replace(p, gpus=tuple(free[:g.count]), milli=g.milli, gpu_mem_mib=mem)
     return p

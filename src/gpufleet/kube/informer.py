@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -91,12 +92,24 @@ class Informer:
         self.synced.set()
 
     def _watch(self) -> None:
+        started, events = time.monotonic(), 0
+        try:
+            events = self._stream()
+        finally:
+            if not events and time.monotonic() - started < 1.0:
+                # A server that ends every watch at once (shutting down, a proxy) must not spin us.
+                self._stop.wait(self.settings.first_backoff_s * (1 + self._rng.random()))
+
+    def _stream(self) -> int:
+        """One WATCH request; the number of events it delivered."""
+        events = 0
         params = dict(self._params)
         params["resourceVersion"] = self._version or ""
         params["timeoutSeconds"] = str(self.settings.watch_timeout_s)
         for event in self._rest.watch(self.url, params, timeout_s=self.settings.watch_timeout_s + 30):
+            events += 1
             if self._stop.is_set():
-                return
+                break
             kind, obj = event.get("type"), event.get("object") or {}
             if kind == "ERROR":
                 code = obj.get("code")
@@ -110,6 +123,7 @@ class Informer:
             if version:
                 self._version = str(version)
             self._recovered()
+        return events
 
     def _failed(self, exc: KubeError) -> None:
         gone = exc.kind == "HTTP 410"

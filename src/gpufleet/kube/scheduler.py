@@ -62,11 +62,17 @@ class ServiceSettings:
     burst: int = 100
     workers: int = 16
     """Binder threads: requests in flight at once."""
+    assign: str = "binding"
+    """How the assignment annotation reaches the pod: in the Binding (one request) or by a
+    PATCH before it ("patch", for API servers that do not copy a Binding's annotations)."""
     leader_election: LeaseSettings | None = None
     min_cycle_interval_s: float = 0.05
     """Changes arriving within this interval are handled by one cycle."""
     resync_s: float = 5.0
     """Run a cycle at least this often while pods are pending (assumptions may have expired)."""
+    status_interval_s: float = 10.0
+    """A pending pod's condition is rewritten at once when its reason changes, but at most this
+    often when only the message does (the node counts in "0/200 nodes are available: ...")."""
     seed: int = 0
     metrics_interval_s: float = 2.0
     """How often the allocation and fragmentation gauges are recomputed."""
@@ -85,14 +91,14 @@ class SchedulerService:
         self.events = EventRecorder(rest, self.retrier, settings.identity, qps=max(settings.qps, 50.0),
                                     burst=settings.burst)
         self.binder = Binder(rest, self.cache, self.bucket, self.retrier, self.events, self.metrics,
-                             workers=settings.workers)
+                             workers=settings.workers, assign=settings.assign)
         self.informers = self._informers()
         self.elector = (LeaderElector(rest, settings.identity, settings.leader_election)
                         if settings.leader_election else None)
         self.cycles = 0
         self._profile: Profile | None = None
         self._profile_tasks: tuple[TypicalTask, ...] = ()
-        self._written: dict[str, str] = {}
+        self._written: dict[str, tuple[str, float]] = {}
         """Pod key -> the reason/message last written, so an unchanged condition is not rewritten."""
         self._groups_written: dict[str, Mapping[str, Any]] = {}
         self._first_seen: dict[str, float] = {}
@@ -219,9 +225,14 @@ class SchedulerService:
 
     def _report(self, p: Pending, message: str, reason: str) -> None:
         marker = f"{reason}\n{message}"
-        if self._written.get(p.key) == marker:
-            return
-        self._written[p.key] = marker
+        written = self._written.get(p.key)
+        now = time.monotonic()
+        if written is not None:
+            if written[0] == marker:
+                return
+            if written[0].startswith(reason + "\n") and now - written[1] < self.settings.status_interval_s:
+                return  # only the counts changed: rewrite at most every status_interval_s
+        self._written[p.key] = (marker, now)
         if status_is(p.obj, reason, message):
             return  # already shows it (written before a restart, or by the previous leader)
         self.binder.mark_unschedulable(p.key, p.obj, message, reason)
@@ -258,30 +269,36 @@ class SchedulerService:
 
     # -- status of groups and gauges --------------------------------------------------------
     def _groups(self) -> None:
+        """PodGroup status as scheduler-plugins writes it: phase, running, succeeded, failed."""
         counts: dict[str, dict[str, int]] = {}
+
+        def of(key: str) -> dict[str, int]:
+            return counts.setdefault(key, {"running": 0, "scheduled": 0, "succeeded": 0, "failed": 0})
         for obj in self.cache.bound_objects():
             group = (translate.meta(obj).get("labels") or {}).get(translate.POD_GROUP_LABEL)
-            if not group:
-                continue
-            c = counts.setdefault(f"{translate.meta(obj).get('namespace') or 'default'}/{group}",
-                                  {"running": 0, "scheduled": 0})
-            c["scheduled"] += 1
-            if (obj.get("status") or {}).get("phase") == "Running":
-                c["running"] += 1
+            if group:
+                c = of(f"{translate.meta(obj).get('namespace') or 'default'}/{group}")
+                c["scheduled"] += 1
+                c["running"] += (obj.get("status") or {}).get("phase") == "Running"
+        for key, phase in self.cache.finished_members():
+            of(key)["succeeded" if phase == "Succeeded" else "failed"] += 1
         for p in self.cache.pending():
             if p.spec is not None and p.spec.pod_group:
-                counts.setdefault(p.spec.pod_group, {"running": 0, "scheduled": 0})
+                of(p.spec.pod_group)
         for key, c in counts.items():
             group = self.cache.group(key)
             if group is None:
                 continue
-            phase = ("Running" if c["running"] >= group.min_member else
-                     "Scheduled" if c["scheduled"] >= group.min_member else
+            phase = ("Finished" if c["succeeded"] >= group.min_member else
+                     "Running" if c["running"] >= group.min_member else
                      "Scheduling" if c["scheduled"] else "Pending")
-            status = {"phase": phase, "running": c["running"], "scheduled": c["scheduled"]}
+            status: dict[str, Any] = {"phase": phase, "running": c["running"], "succeeded": c["succeeded"],
+                                      "failed": c["failed"]}
             if self._groups_written.get(key) != status:
-                self._groups_written[key] = status
-                self.binder.group_status(group.namespace, group.name, dict(status))
+                if key not in self._groups_written and c["scheduled"]:
+                    status = {**status, "scheduleStartTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                self._groups_written[key] = {k: v for k, v in status.items() if k != "scheduleStartTime"}
+                self.binder.group_status(group.namespace, group.name, status)
 
     def _pending_gauge(self, pending: list[Pending]) -> None:
         counts: dict[tuple[str, str], int] = {}

@@ -51,7 +51,11 @@ def key_of(obj: Obj) -> str:
 
 
 def created_s(obj: Obj) -> float:
-    text = meta(obj).get("creationTimestamp")
+    return _time(meta(obj).get("creationTimestamp"))
+
+
+def _time(text: object) -> float:
+    """RFC 3339 text as Unix seconds; 0.0 when absent or malformed."""
     if not text:
         return 0.0
     try:
@@ -234,8 +238,10 @@ def placement(pod: Obj, node: NodeInfo, spec: PodSpec) -> Placement:
     """What the bound `pod` holds on `node`; raises ModelError if its assignment does not fit the node."""
     a = assignment_of(pod)
     uid = spec.uid
+    started = _time((pod.get("status") or {}).get("startTime")) or spec.created_s
     if a is None or a.node != node.name:
-        return Placement(uid, node.name, spec.cpu_milli, spec.mem_mib, pod_group=spec.pod_group)
+        return Placement(uid, node.name, spec.cpu_milli, spec.mem_mib, pod_group=spec.pod_group, queue=spec.queue,
+                         priority=spec.priority, preemptible=spec.preemptible, started_s=started)
     by_uuid: dict[str, int] = {g.uuid: j for j, g in enumerate(node.gpus)}
     where = f"pod {spec.key}: annotation {ann.ASSIGNMENT_ANNOTATION}"
     gpus = []
@@ -255,7 +261,8 @@ def placement(pod: Obj, node: NodeInfo, spec: PodSpec) -> Placement:
             raise ModelError(where, f"MIG slice {ref.slice} of GPU {ref.gpu} is not on node {node.name}")
         slices.append(offsets[ref.gpu] + ref.slice)
     return Placement(uid, node.name, spec.cpu_milli, spec.mem_mib, tuple(gpus), a.milli if gpus else 0,
-                     a.mem_mib if gpus else 0, tuple(slices), spec.pod_group)
+                     a.mem_mib if gpus else 0, tuple(slices), spec.pod_group, spec.queue, spec.priority,
+                     spec.preemptible, started)
 
 
 def assignment(p: Placement, node: NodeInfo) -> ann.GpuAssignment:

@@ -1,0 +1,135 @@
+"""The cache: pending pods, bound pods with their devices, and assumptions until the watch echo."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.kube import translate
+from gpufleet.kube.cache import SchedulerCache
+from gpufleet.model import NodeName, Placement, PodUid
+from gpufleet.model import annotations as ann
+
+from .test_translate import INVENTORY, node, pod
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def gpu_node(name: str = "n1") -> dict[str, Any]:
+    return node(name, **{ann.INVENTORY_ANNOTATION: INVENTORY})
+
+
+def bound(p: dict[str, Any], placement: Placement, n: dict[str, Any]) -> dict[str, Any]:
+    a = translate.assignment(placement, translate.node_info(n))
+    p["metadata"]["annotations"] = {ann.ASSIGNMENT_ANNOTATION: ann.encode_assignment(a)}
+    p["spec"]["nodeName"] = placement.node
+    p["status"] = {"phase": "Running"}
+    return p
+
+
+def test_an_assumed_placement_counts_until_its_echo() -> None:
+    clock = Clock()
+    cache = SchedulerCache(assume_ttl_s=30, clock=clock)
+    cache.upsert_node(gpu_node())
+    p = pod("a", limits={"nvidia.com/gpu": 1})
+    cache.upsert_pod(p)
+    assert [x.key for x in cache.pending()] == ["ns/a"]
+    decided = Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920)
+    cache.assume("ns/a", decided)
+    assert cache.pending() == [] and cache.snapshot().usage.free_whole[0] == 0
+    cache.finish_binding("ns/a")
+    cache.upsert_pod(bound(pod("a", limits={"nvidia.com/gpu": 1}), decided, gpu_node()))  # the echo
+    snap = cache.snapshot()
+    assert cache.assumed_count() == 0 and snap.placements[PodUid("uid-a")].gpus == (1,)
+
+
+def test_an_assumption_without_echo_expires() -> None:
+    clock = Clock()
+    cache = SchedulerCache(assume_ttl_s=30, clock=clock)
+    cache.upsert_node(gpu_node())
+    cache.upsert_pod(pod("a", limits={"nvidia.com/gpu": 1}))
+    cache.assume("ns/a", Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920))
+    cache.finish_binding("ns/a")
+    clock.now += 31
+    assert cache.snapshot().usage.free_whole[0] == 1 and cache.assumed_count() == 0
+
+
+def test_a_failed_bind_returns_the_pod_to_the_queue() -> None:
+    cache = SchedulerCache()
+    cache.upsert_node(gpu_node())
+    p = pod("a", limits={"nvidia.com/gpu": 1})
+    cache.upsert_pod(p)
+    cache.assume("ns/a", Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920))
+    cache.forget("ns/a", p)
+    assert [x.key for x in cache.pending()] == ["ns/a"]
+
+
+def test_a_conflict_waits_for_the_watch_instead() -> None:
+    cache = SchedulerCache()
+    cache.upsert_node(gpu_node())
+    cache.upsert_pod(pod("a", limits={"nvidia.com/gpu": 1}))
+    cache.assume("ns/a", Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920))
+    cache.forget("ns/a")
+    assert cache.pending() == []
+
+
+def test_restart_rebuilds_devices_from_annotations() -> None:
+    n = gpu_node()
+    pods = [bound(pod("a", limits={"nvidia.com/gpu": 1}), Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920), n),
+            bound(pod("b", limits={"nvidia.com/mig-3g.40gb": 1}), Placement(PodUid("uid-b"), NodeName("n1"), mig_slices=(0,)), n),
+            pod("c", limits={"nvidia.com/mig-3g.40gb": 1})]
+    cache = SchedulerCache()
+    cache.replace_pods(pods)  # pods before nodes: placements attach when the node arrives
+    cache.replace_nodes([n])
+    snap = cache.snapshot()
+    assert set(snap.placements) == {"uid-a", "uid-b"}
+    assert list(snap.usage.slice_used) == [True, False] and snap.usage.free_whole[0] == 0
+    assert [p.key for p in cache.pending()] == ["ns/c"]
+
+
+def test_gpu_pods_of_other_schedulers_hold_devices_too() -> None:
+    other = pod("x", limits={"nvidia.com/gpu": 1})
+    other["spec"].update(schedulerName="default-scheduler", nodeName="n1")
+    cache = SchedulerCache()
+    cache.upsert_node(gpu_node())
+    cache.upsert_pod(other)
+    snap = cache.snapshot()
+    assert snap.placements[PodUid("uid-x")].gpus == (1,) and snap.usage.free_whole[0] == 0
+
+
+def test_an_overcommitting_annotation_is_not_counted_twice() -> None:
+    n = gpu_node()
+    p1 = Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920)
+    p2 = Placement(PodUid("uid-b"), NodeName("n1"), 0, 0, (1,), 1000, 81920)
+    cache = SchedulerCache()
+    cache.upsert_node(n)
+    cache.upsert_pod(bound(pod("a", limits={"nvidia.com/gpu": 1}), p1, n))
+    cache.upsert_pod(bound(pod("b", limits={"nvidia.com/gpu": 1}), p2, n))
+    snap = cache.snapshot()
+    assert len(snap.placements) == 1 and snap.usage.overcommitted(0) is None
+
+
+def test_invalid_and_gated_pods_are_pending_with_a_reason() -> None:
+    cache = SchedulerCache()
+    cache.upsert_pod(pod("bad", limits={"nvidia.com/gpu": "1.5"}))
+    cache.upsert_pod(pod("gated", schedulingGates=[{"name": "x"}]))
+    cache.upsert_pod(pod("other", schedulerName="default-scheduler"))
+    by_key = {p.key: p for p in cache.pending()}
+    assert set(by_key) == {"ns/bad", "ns/gated"}
+    assert "not a whole number" in by_key["ns/bad"].error and by_key["ns/gated"].gated
+
+
+def test_terminal_pods_free_their_devices() -> None:
+    n = gpu_node()
+    p = bound(pod("a", limits={"nvidia.com/gpu": 1}), Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920), n)
+    cache = SchedulerCache()
+    cache.upsert_node(n)
+    cache.upsert_pod(p)
+    p["status"] = {"phase": "Succeeded"}
+    cache.upsert_pod(p)
+    assert cache.snapshot().placements == {}
