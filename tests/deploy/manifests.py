@@ -38,9 +38,9 @@ NAMESPACE = "gpufleet-system"
 Obj = dict[str, Any]
 
 
-def render_base() -> list[Obj]:
+def render_base(directory: Path = DEPLOY) -> list[Obj]:
     """`kubectl kustomize deploy/` as a list of objects; raises CalledProcessError with kubectl's stderr."""
-    out = subprocess.run([str(KUBECTL), "kustomize", str(DEPLOY)], capture_output=True, text=True,
+    out = subprocess.run([str(KUBECTL), "kustomize", str(directory)], capture_output=True, text=True,
                          timeout=60, check=True).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import os
+import re
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -77,3 +80,20 @@ def test_samples_are_not_part_of_the_base(rendered: list[Obj], samples: dict[str
     assert not base & {manifests.key(o) for objs in samples.values() for o in objs}
     kustomization = yaml.safe_load((manifests.DEPLOY / "kustomization.yaml").read_text())
     assert not [r for r in kustomization["resources"] if r.startswith("samples")]
+
+
+def test_the_overlay_example_in_install_md_renders(tmp_path: Path, rendered: list[Obj]) -> None:
+    text = (manifests.ROOT / "docs/install.md").read_text()
+    (example,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "../deploy" in b]
+    overlay = tmp_path / "my-cluster"
+    overlay.mkdir()
+    base = os.path.relpath(manifests.DEPLOY, overlay)  # kustomize refuses absolute paths
+    (overlay / "kustomization.yaml").write_text(example.replace("../deploy", base))
+    objs = manifests.render_base(overlay)
+    assert sorted(manifests.key(o) for o in objs) == sorted(EXPECTED)
+    agent = manifests.find(objs, "DaemonSet", "gpufleet-agent")["spec"]["template"]["spec"]
+    assert agent["runtimeClassName"] == "nvidia"
+    images = {c["image"] for o in objs if o["kind"] in ("Deployment", "DaemonSet")
+              for c in o["spec"]["template"]["spec"]["containers"]}
+    assert images == {"registry.example.com/gpufleet:0.1.0"}
+    manifests.validate_builtin(manifests.find(objs, "DaemonSet", "gpufleet-agent"))
