@@ -21,6 +21,7 @@ from gpufleet.testing.apiserver import crd, events, meta, patch, pods
 from gpufleet.testing.apiserver.errors import (ApiError, already_exists, bad_request, invalid, not_found,
                                                stale, success_body)
 from gpufleet.testing.apiserver.resources import Registry, ResourceType
+from gpufleet.testing.apiserver.selectors import label_selector_matches
 from gpufleet.testing.apiserver.store import Event, Obj, Store
 
 CORE_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -158,8 +159,13 @@ class Api:
             options = (eviction or {}).get("deleteOptions") if isinstance(eviction, dict) else None
             _, budgets = self.store.list(PDB_KEY, namespace)
             _, neighbours = self.store.list("pods", namespace)
-            pods.check_eviction(pod, budgets, neighbours)
+            budget_status = pods.check_eviction(pod, budgets, neighbours)
             self.delete(pod_type, namespace, name, options)
+            if budget_status is not None:
+                budget = next(b for b in budgets if label_selector_matches(
+                    (b.get("spec") or {}).get("selector"), pod["metadata"].get("labels") or {}))
+                self.store.put(PDB_KEY, {**budget, "metadata": dict(budget["metadata"]), "status": budget_status},
+                               created=False)
         return success_body(201)
 
     # --- internals ------------------------------------------------------------------------

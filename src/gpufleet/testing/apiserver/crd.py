@@ -110,7 +110,8 @@ def admit(rt: ResourceType, obj: Obj, *, strict: bool) -> Obj:
     pruned = _prune(body, rt.schema, "", unknown)
     if unknown and strict:
         text = ", ".join(f'unknown field "{u}"' for u in unknown)
-        raise ApiError(400, f"strict decoding error: {text}", "BadRequest")
+        raise ApiError(400, f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+                            f"strict decoding error: {text}", "BadRequest")
     result = {**{k: obj[k] for k in _META_FIELDS if k in obj}, **pruned}
     _default(result, rt.schema)
     validate(rt, result)
@@ -152,8 +153,9 @@ def _cause(e: jsonschema.ValidationError) -> tuple[str, str, str]:
         where = f"{path}.{missing}" if path != "<root>" else missing
         return where, "FieldValueRequired", "Required value"
     if e.validator == "type":
-        return path, "FieldValueTypeInvalid", (f"Invalid value: {_show(value)}: {path} in body must be of type "
-                                               f"{e.validator_value}: {_show(_type_name(value))}")
+        actual = _show(_type_name(value))
+        return path, "FieldValueTypeInvalid", (f"Invalid value: {actual}: {path} in body must be of type "
+                                               f"{e.validator_value}: {actual}")
     if e.validator == "enum":
         allowed = ", ".join(_show(v) for v in e.validator_value)
         return path, "FieldValueNotSupported", f"Unsupported value: {_show(value)}: supported values: {allowed}"

@@ -162,29 +162,39 @@ def is_healthy(pod: Obj) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
-def check_eviction(pod: Obj, pdbs: list[Obj], namespace_pods: list[Obj]) -> None:
-    """Raise 429 or 500 when the eviction API would refuse to evict `pod` now."""
+def check_eviction(pod: Obj, pdbs: list[Obj], namespace_pods: list[Obj]) -> Obj | None:
+    """Raise 429 or 500 when the eviction API would refuse to evict `pod` now.
+
+    Returns the budget's status after the eviction (None when no budget applies), as the
+    disruption controller would keep it: `expectedPods` never shrinks below what it was,
+    because a controller would replace an evicted pod.
+    """
     if (pod.get("status") or {}).get("phase") in ("Pending", "Succeeded", "Failed"):
-        return
+        return None
     labels = pod["metadata"].get("labels") or {}
     matching = [p for p in pdbs if label_selector_matches((p.get("spec") or {}).get("selector"), labels)]
     if len(matching) > 1:
         raise ApiError(500, "This pod has more than one PodDisruptionBudget, which the eviction subresource "
                             "does not support.", "InternalError")
-    if not matching or not is_healthy(pod):
-        return
+    if not matching:
+        return None
     pdb = matching[0]
     selector = (pdb.get("spec") or {}).get("selector")
     selected = [p for p in namespace_pods if label_selector_matches(selector, p["metadata"].get("labels") or {})
                 and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
     healthy = sum(1 for p in selected if is_healthy(p))
-    desired = desired_healthy(pdb.get("spec") or {}, len(selected))
-    if healthy - desired <= 0:
+    expected = max(len(selected), int((pdb.get("status") or {}).get("expectedPods") or 0))
+    desired = desired_healthy(pdb.get("spec") or {}, expected)
+    if is_healthy(pod) and healthy - desired <= 0:
         name = pdb["metadata"]["name"]
         raise ApiError(429, "Cannot evict pod as it would violate the pod's disruption budget.", "TooManyRequests",
                        details={"causes": [{"reason": "DisruptionBudget", "message":
                                             f"The disruption budget {name} needs {desired} healthy pods and "
                                             f"has {healthy} currently"}]})
+    after = healthy - 1 if is_healthy(pod) else healthy
+    return {**(pdb.get("status") or {}), "expectedPods": expected, "currentHealthy": after,
+            "desiredHealthy": desired, "disruptionsAllowed": max(0, after - desired),
+            "observedGeneration": pdb["metadata"].get("generation", 1)}
 
 
 def desired_healthy(spec: Obj, expected: int) -> int:
