@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.simulate_cmd",
     "gpufleet.cli.agent_cmd",
     "gpufleet.cli.scheduler_cmd",
+    "gpufleet.cli.devcluster_cmd",
 )
 
 
