@@ -27,7 +27,7 @@ from types import FrameType
 from typing import Any
 
 from gpufleet.core.cycle import schedule
-from gpufleet.framework.profile import ProfileSettings, build_profile, load_profiles
+from gpufleet.framework.profile import ProfileError, ProfileSettings, build_profile, load_profiles
 from gpufleet.framework.profiles import BUILTIN, builtin
 from gpufleet.framework.registry import BuildContext
 from gpufleet.framework.plugins.fragmentation import typical_tasks
@@ -40,11 +40,10 @@ from gpufleet.kube.metrics import HealthServer, Metrics
 from gpufleet.kube.rest import Rest
 from gpufleet.kube.retry import Retrier, RetryPolicy
 from gpufleet.kube.scheduler import SchedulerService, ServiceSettings
-from gpufleet.model import ClusterSnapshot
+from gpufleet.model import ClusterSnapshot, ModelError
 from gpufleet.model.annotations import SCHEDULER_NAME
 from gpufleet.cli.main import UsageError
 
-FIELD_MANAGER = "gpufleet-scheduler"
 
 
 def add_parser(subparsers: Any) -> None:
@@ -64,6 +63,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--qps", type=float, default=50.0, help="client request budget per second, 0 = unlimited")
     p.add_argument("--burst", type=int, default=100)
     p.add_argument("--workers", type=int, default=16, help="binder threads (requests in flight)")
+    p.add_argument("--api-timeout", type=float, default=10.0, help="seconds one API request may take (default 10)")
     p.add_argument("--assign-with", choices=["binding", "patch"], default="binding",
                    help="write the GPU assignment annotation in the Binding (one request, default) or PATCH it "
                         "before binding (for API servers that do not copy a Binding's annotations)")
@@ -98,10 +98,10 @@ def load_profile(path: Path, scheduler_name: str) -> ProfileSettings:
     return next((p for p in profiles if p.name == scheduler_name), profiles[0])
 
 
-def _connect(kubeconfig: Path | None) -> Rest:
+def _connect(kubeconfig: Path | None, timeout_s: float = 10.0) -> Rest:
     try:
         cfg = kube_config.from_kubeconfig(kubeconfig) if kubeconfig else kube_config.in_cluster()
-        return Rest(cfg, field_manager=FIELD_MANAGER)
+        return Rest(cfg, timeout_s=timeout_s, field_manager=kube_config.SCHEDULER_FIELD_MANAGER)
     except KubeError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
@@ -121,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
                                   args.retry_period)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    rest = _connect(args.kubeconfig)
+    rest = _connect(args.kubeconfig, args.api_timeout)
     service = SchedulerService(rest, profile, ServiceSettings(
         scheduler_name=args.scheduler_name, identity=f"{identity}_{os.getpid()}" if not os.environ.get("POD_NAME")
         else identity, qps=args.qps, burst=args.burst, workers=args.workers, leader_election=lease,
@@ -194,3 +194,29 @@ def _replay(args: argparse.Namespace) -> int:
     for e in result.evictions:
         print(f"evict {e.pod}: {e.reason}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gpufleet.cli.scheduler_cmd scheduler|snapshot ...`: these commands alone.
+
+    The same commands as `gpufleet scheduler`, without importing the other subcommands (a
+    container running only the scheduler need not load the simulator).
+    """
+    parser = argparse.ArgumentParser(prog="gpufleet")
+    add_parser(parser.add_subparsers(dest="command", metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        code: int = args.func(args)
+        return code
+    except (ModelError, ProfileError, UsageError) as exc:
+        print(f"gpufleet {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -92,20 +92,28 @@ class Binder:
             if m.get("resourceVersion"):
                 body["metadata"]["resourceVersion"] = m["resourceVersion"]
             if self.assign == "patch":
-                self._call(f"annotate pod {key}", lambda: self._rest.patch(pod_url(obj), body))
+                self._call("annotate pods", f"annotate pod {key}", lambda: self._rest.patch(pod_url(obj), body),
+                           binding=False)
             binding = {"apiVersion": "v1", "kind": "Binding",
                        "metadata": {"name": m.get("name"), "namespace": m.get("namespace") or "default",
                                     "uid": m.get("uid"), "annotations": {ann.ASSIGNMENT_ANNOTATION: text}},
                        "target": {"apiVersion": "v1", "kind": "Node", "name": p.node}}
-            self._call(f"bind pod {key} to {p.node}", lambda: self._rest.post(pod_url(obj, "binding"), binding))
-        except _Conflict:
-            # Bound meanwhile (or changed): not retried; the watch event decides what it is now.
+            self._call("bind pods", f"bind pod {key} to {p.node}", lambda: self._rest.post(pod_url(obj, "binding"), binding))
+        except _Conflict as exc:
             self._metrics.bind_errors.labels("conflict").inc()
-            self._cache.forget(key)
+            if exc.binding:
+                # Already bound: by an earlier try of ours whose reply was lost, or by someone
+                # else. Not retried; the devices stay assumed until the watch shows the truth.
+                self._cache.finish_binding(key)
+            else:
+                self._cache.forget(key)  # the pod changed before we touched it: schedule it again
             return False
         except KubeError as exc:
             self._metrics.bind_errors.labels(exc.kind).inc()
-            self._cache.forget(key, obj)
+            if _ambiguous(exc):
+                self._cache.finish_binding(key)  # the server may have bound it: wait for the watch
+            else:
+                self._cache.forget(key)
             return False
         self._cache.finish_binding(key)
         self._metrics.binds.inc()
@@ -114,8 +122,12 @@ class Binder:
                             note=f"Successfully assigned {key} to {p.node}" + _devices(text))
         return True
 
-    def _call(self, what: str, fn: Callable[[], object]) -> None:
-        """One request under the QPS budget; retried on 5xx/429/timeouts, never on 409."""
+    def _call(self, kind: str, what: str, fn: Callable[[], object], *, binding: bool = True) -> None:
+        """One request under the QPS budget; retried on 5xx/429/timeouts, never on 409.
+
+        `kind` ("bind pods") keys the Retrier's logging, so an outage during which every bind
+        fails is one warning, not one per pod; `what` names the pod in the message.
+        """
         def once() -> object:
             self._bucket.acquire()
             try:
@@ -123,9 +135,9 @@ class Binder:
                     return fn()
             except TemporaryError as exc:
                 if exc.kind == "HTTP 409":
-                    raise _Conflict(str(exc)) from exc
+                    raise _Conflict(str(exc), binding) from exc
                 raise
-        self._retrier.call(what, once)
+        self._retrier.call(kind, once)
 
     # -- unschedulable pods -----------------------------------------------------------------
     def mark_unschedulable(self, key: str, obj: Obj, message: str, reason: str = UNSCHEDULABLE) -> Future[bool]:
@@ -137,7 +149,7 @@ class Binder:
                                            "message": message, "lastProbeTime": None, "lastTransitionTime": now}],
                            "nominatedNodeName": None}}
         try:
-            self._call(f"update status of pod {key}",
+            self._call("update pod status", f"update status of pod {key}",
                        lambda: self._rest.patch(pod_url(obj, "status"), body, STRATEGIC))
         except (_Conflict, KubeError):
             return False
@@ -186,7 +198,7 @@ class Binder:
     def _group_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
         url = path("scheduling.x-k8s.io/v1alpha1", "podgroups", name, namespace, "status")
         try:
-            self._call(f"update status of podgroup {namespace}/{name}",
+            self._call("update podgroup status", f"update status of podgroup {namespace}/{name}",
                        lambda: self._rest.patch(url, {"status": status}))
             return True
         except (_Conflict, KubeError):
@@ -194,8 +206,18 @@ class Binder:
 
 
 class _Conflict(KubeError):
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, binding: bool) -> None:
         super().__init__(message, "HTTP 409")
+        self.binding = binding
+
+
+CLEAN_FAILURES = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout", "UnsupportedProtocol"})
+"""Transport errors raised before the request reached the server: it certainly was not applied."""
+
+
+def _ambiguous(exc: KubeError) -> bool:
+    """Whether the server may have applied the request although the call failed (a lost reply)."""
+    return not exc.kind.startswith("HTTP ") and exc.kind not in CLEAN_FAILURES
 
 
 def _devices(text: str) -> str:

@@ -66,7 +66,8 @@ class _Bound:
 @dataclass(slots=True)
 class _Assumed:
     placement: Placement
-    node: NodeInfo
+    obj: Obj
+    """The pod as last seen, to queue it again if the assumption is dropped."""
     expires: float | None = None
     """None while the bind is in flight; set when the bind call returned."""
 
@@ -164,6 +165,8 @@ class SchedulerCache:
             elif translate.node_name(obj):
                 self._bound[key] = self._make_bound(key, obj, self._lenient_spec(obj))
                 self._assumed.pop(key, None)  # the echo: the bound pod's own placement takes over
+            elif key in self._assumed:
+                self._assumed[key].obj = obj  # still binding: not offered to another cycle
             elif (obj.get("spec") or {}).get("schedulerName") == self.scheduler_name:
                 self._pending[key] = self._make_pending(key, obj)
             self._changed()
@@ -269,23 +272,30 @@ class SchedulerCache:
     # -- assumptions ------------------------------------------------------------------------
     def assume(self, key: str, placement: Placement) -> None:
         with self._cond:
-            self._pending.pop(key, None)
-            self._assumed[key] = _Assumed(placement, self._nodes[placement.node])
+            pending = self._pending.pop(key, None)
+            obj = pending.obj if pending is not None else {}
+            self._assumed[key] = _Assumed(placement, obj)
             self._changed()
 
     def finish_binding(self, key: str) -> None:
-        """The bind call returned: the assumption now waits for its echo, at most `assume_ttl_s`."""
+        """The bind call returned, or its outcome is unknown (a timeout, a 409 "already bound"):
+        the assumption keeps the devices until the watch shows the pod, at most `assume_ttl_s`."""
         with self._cond:
             a = self._assumed.get(key)
             if a is not None:
                 a.expires = self._clock() + self.assume_ttl_s
 
-    def forget(self, key: str, obj: Obj | None = None) -> None:
-        """Drop an assumption (the bind failed); the pod is pending again unless it got bound."""
+    def forget(self, key: str) -> None:
+        """Drop an assumption whose bind certainly failed; the pod is queued again."""
         with self._cond:
-            if self._assumed.pop(key, None) is not None and obj is not None and key not in self._bound:
-                self._pending[key] = self._make_pending(key, obj)
+            a = self._assumed.pop(key, None)
+            if a is not None:
+                self._requeue(key, a)
             self._changed()
+
+    def _requeue(self, key: str, a: _Assumed) -> None:
+        if a.obj and key not in self._bound and not translate.node_name(a.obj):
+            self._pending[key] = self._make_pending(key, a.obj)
 
     def assumed_count(self) -> int:
         with self._cond:
@@ -350,7 +360,7 @@ class SchedulerCache:
         now = self._clock()
         for key in [k for k, a in self._assumed.items() if a.expires is not None and a.expires < now]:
             log.warning("pod %s: no watch event %.0f s after its binding; assumption dropped", key, self.assume_ttl_s)
-            del self._assumed[key]
+            self._requeue(key, self._assumed.pop(key))
 
     def _once(self, key: str, message: str) -> None:
         if key not in self._bad:

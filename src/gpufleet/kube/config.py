@@ -27,6 +27,8 @@ SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 FIELD_MANAGER = "gpufleet-agent"
 """Recorded in the node's managedFields, so `kubectl get node -o yaml --show-managed-fields`
 shows which labels, taints and conditions the agent owns."""
+SCHEDULER_FIELD_MANAGER = "gpufleet-scheduler"
+"""The scheduler's writes (pod conditions, PodGroup status, leases) under its own name."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,7 +76,7 @@ class EventRecorder:
             ns = body["metadata"]["namespace"]
             self._bucket.acquire()
             try:
-                self._retrier.call(f"create event in {ns}",
+                self._retrier.call("create events",
                                    lambda: self._rest.post(path("events.k8s.io/v1", "events", None, ns), body))
                 self.sent += 1
             except KubeError:

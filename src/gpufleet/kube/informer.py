@@ -88,7 +88,7 @@ class Informer:
         self.handler.replace(items)
         self._version = str((body.get("metadata") or {}).get("resourceVersion") or "") or None
         self.relists += 1
-        self._recovered()
+        self._failures = 0  # the backoff restarts, but the episode ends only with a working watch
         self.synced.set()
 
     def _watch(self) -> None:
@@ -144,8 +144,8 @@ class Informer:
         self._stop.wait(delay * (0.8 + 0.4 * self._rng.random()))
 
     def _recovered(self) -> None:
-        if self._failures:
-            self._failures = 0
+        self._failures = 0
+        if self._reported:
             if self._reported - {"HTTP 410"}:
                 log.info("%s informer: works again", self.what)
             self._reported.clear()

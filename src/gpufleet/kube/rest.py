@@ -22,7 +22,7 @@ import httpx2
 from lightkube.config import client_adapter
 from lightkube.core.exceptions import ApiError
 
-from gpufleet.kube.config import ApiConfig
+from gpufleet.kube.config import SCHEDULER_FIELD_MANAGER, ApiConfig
 
 Obj = dict[str, Any]
 MERGE = "application/merge-patch+json"
@@ -47,7 +47,7 @@ def path(group_version: str, plural: str, name: str | None = None, namespace: st
 class Rest:
     """A thin JSON client; `field_manager` is recorded on every write."""
 
-    def __init__(self, config: ApiConfig, *, timeout_s: float = 10.0, field_manager: str = "gpufleet-scheduler",
+    def __init__(self, config: ApiConfig, *, timeout_s: float = 10.0, field_manager: str = SCHEDULER_FIELD_MANAGER,
                  pool: int = 64) -> None:
         params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(timeout_s))
         kwargs = params.httpx_params(config.single)

@@ -62,20 +62,33 @@ def test_an_assumption_without_echo_expires() -> None:
 def test_a_failed_bind_returns_the_pod_to_the_queue() -> None:
     cache = SchedulerCache()
     cache.upsert_node(gpu_node())
-    p = pod("a", limits={"nvidia.com/gpu": 1})
-    cache.upsert_pod(p)
-    cache.assume("ns/a", Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920))
-    cache.forget("ns/a", p)
-    assert [x.key for x in cache.pending()] == ["ns/a"]
-
-
-def test_a_conflict_waits_for_the_watch_instead() -> None:
-    cache = SchedulerCache()
-    cache.upsert_node(gpu_node())
     cache.upsert_pod(pod("a", limits={"nvidia.com/gpu": 1}))
     cache.assume("ns/a", Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920))
     cache.forget("ns/a")
-    assert cache.pending() == []
+    assert [x.key for x in cache.pending()] == ["ns/a"] and cache.snapshot().usage.free_whole[0] == 1
+
+
+def test_an_unknown_outcome_keeps_the_devices_until_the_watch_tells() -> None:
+    clock = Clock()
+    cache = SchedulerCache(assume_ttl_s=30, clock=clock)
+    cache.upsert_node(gpu_node())
+    cache.upsert_pod(pod("a", limits={"nvidia.com/gpu": 1}))
+    cache.assume("ns/a", Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920))
+    cache.finish_binding("ns/a")  # a timeout, or 409 "already bound"
+    assert cache.pending() == [] and cache.snapshot().usage.free_whole[0] == 0
+    clock.now += 31  # no echo at all: the pod was not bound after all
+    assert cache.snapshot().usage.free_whole[0] == 1 and [x.key for x in cache.pending()] == ["ns/a"]
+
+
+def test_an_update_while_binding_does_not_offer_the_pod_again() -> None:
+    cache = SchedulerCache()
+    cache.upsert_node(gpu_node())
+    p = pod("a", limits={"nvidia.com/gpu": 1})
+    cache.upsert_pod(p)
+    cache.assume("ns/a", Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920))
+    p["status"] = {"conditions": [{"type": "PodScheduled", "status": "False"}]}
+    cache.upsert_pod(p)  # e.g. our own earlier status write echoing back
+    assert cache.pending() == [] and cache.assumed_count() == 1
 
 
 def test_restart_rebuilds_devices_from_annotations() -> None:
