@@ -30,6 +30,25 @@ class HttpServer(ThreadingHTTPServer):
         self.ctx = ctx
         self.rules = rules
         self.stopping = stopping
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+
+    def track(self, sock: socket.socket, open_: bool) -> None:
+        with self._open_lock:
+            if open_:
+                self._open.add(sock)
+            else:
+                self._open.discard(sock)
+
+    def drop_connections(self) -> None:
+        """Close every client connection, as a dying API server would (keep-alive ones included)."""
+        with self._open_lock:
+            socks = list(self._open)
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -39,6 +58,14 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.track(self.request, True)
+
+    def finish(self) -> None:
+        self.server.track(self.request, False)
+        try:
+            super().finish()
+        except OSError:
+            pass
 
     def log_message(self, format: str, *args: Any) -> None:  # the request log replaces stderr noise
         pass

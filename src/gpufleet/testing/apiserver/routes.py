@@ -25,6 +25,7 @@ from gpufleet.testing.apiserver.errors import ApiError, bad_request, status_body
 from gpufleet.testing.apiserver.resources import ResourceType
 from gpufleet.testing.apiserver.selectors import (fields_match, labels_match, parse_field_selector,
                                                   parse_label_selector)
+from gpufleet.testing.apiserver.store import Expired
 from gpufleet.testing.apiserver.watch import WatchOptions, stream
 
 Obj = dict[str, Any]
@@ -216,7 +217,7 @@ def _list(ctx: Context, req: Request, t: Target) -> Response:
     stored = [o for o in stored if keep(o)]
     token = req.query.get("continue")
     if token:
-        start = _decode_continue(token)
+        start = _decode_continue(ctx, token)
         stored = [o for o in stored if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > start]
     meta: Obj = {"resourceVersion": str(rv)}
     limit = int(req.query.get("limit") or 0)
@@ -242,12 +243,19 @@ def _encode_continue(rv: int, start: tuple[str, str]) -> str:
     return base64.urlsafe_b64encode(json.dumps({"rv": rv, "start": list(start)}).encode()).decode()
 
 
-def _decode_continue(token: str) -> tuple[str, str]:
+def _decode_continue(ctx: Context, token: str) -> tuple[str, str]:
+    """The key a continued list starts after; 410 when its snapshot left the history, as in etcd."""
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return str(data["start"][0]), str(data["start"][1])
+        rv, start = int(data["rv"]), (str(data["start"][0]), str(data["start"][1]))
     except (ValueError, KeyError, IndexError, TypeError):
         raise bad_request(f"continue key is not valid: {token!r}") from None
+    try:
+        ctx.api.store.check_rv(rv)
+    except Expired:
+        raise ApiError(410, "The provided continue parameter is too old to display a consistent list result. "
+                            "You can start a new list without the continue parameter.", "Expired") from None
+    return start
 
 
 def _watch(ctx: Context, req: Request, t: Target) -> Response:

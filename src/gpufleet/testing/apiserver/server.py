@@ -61,6 +61,7 @@ class ApiServer:
         self.store.stop_watchers()
         self._http.shutdown()
         self._http.server_close()
+        self._http.drop_connections()
         if self._kubelets is not None:
             self._kubelets.stop()
         self._thread.join(5)
