@@ -6,6 +6,7 @@ In a profile's YAML this is the gpufleet-specific `queueing` section, next to `p
       - schedulerName: gpufleet
         queueing:
           order: fair                  # fifo | priority | fair | las
+          usageHalfLifeSeconds: 3600   # fair: order on decayed usage (0 = current allocation)
           preemption: true             # higher priority preempts lower, within a queue
           reclaim: true                # a queue below its fair share reclaims from queues above
           minRuntimeSeconds: 300       # pods younger than this are never victims
@@ -29,6 +30,9 @@ class QueueingConfig:
     """fifo: arrival order. priority: priority, then age. fair: hierarchical dominant-resource
     fair share between queues, then priority and age within a queue. las: least attained
     service first (Tiresias-like; the driver reports each job's GPU-seconds so far)."""
+    usage_half_life_seconds: float = 0.0
+    """fair: 0 = order queues on what they hold now; > 0 = on their usage decayed with this
+    half-life (reported by the driver), so a queue that just used a lot waits a little."""
     preemption: bool = False
     reclaim: bool = False
     min_runtime_seconds: float = 0.0
@@ -45,6 +49,8 @@ class QueueingConfig:
         """(camelCase key, what is wrong) for an invalid setting, else None."""
         if self.order not in ORDERS:
             return "order", f"must be one of {', '.join(ORDERS)}, got {self.order!r}"
+        if self.usage_half_life_seconds < 0:
+            return "usageHalfLifeSeconds", "must not be negative (0 = off)"
         if self.min_runtime_seconds < 0:
             return "minRuntimeSeconds", "must not be negative"
         if self.max_preemptions_per_pod_per_hour < 1:

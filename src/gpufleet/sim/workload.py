@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from gpufleet.model import NodeInfo, PodGroup, PodSpec
+from gpufleet.model import NodeInfo, PodGroup, PodSpec, Queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +42,8 @@ class Workload:
     nodes: tuple[NodeInfo, ...]
     jobs: tuple[Job, ...]
     description: str = ""
+    queues: tuple[Queue, ...] = ()
+    """The cluster's queues (pods name theirs in `PodSpec.queue`); empty = one default queue."""
 
     @property
     def gpu_capacity_milli(self) -> int:

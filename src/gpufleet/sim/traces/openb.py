@@ -22,6 +22,7 @@ Column meanings are in `docs/traces.md` and `../shared/traces/PROVENANCE.md`. De
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
@@ -196,3 +197,14 @@ def _name(text: str, seen: set[str], where: str) -> str:
         raise ModelError(where, f"duplicate name {text!r}")
     seen.add(text)
     return text
+
+
+QOS_PRIORITY = {"LS": 1000, "Guaranteed": 1000, "Burstable": 100, "BE": 0}
+"""openb QoS classes as PriorityClass values: latency-sensitive and Guaranteed above Burstable above best-effort."""
+
+
+def with_qos_priorities(workload: Workload) -> Workload:
+    """The workload with each pod's priority taken from its task's QoS class."""
+    jobs = tuple(dataclasses.replace(j, pods=tuple(dataclasses.replace(p, priority=QOS_PRIORITY[j.attrs["qos"]])
+                                                   for p in j.pods)) for j in workload.jobs)
+    return dataclasses.replace(workload, jobs=jobs, description=workload.description + ", QoS classes as priorities")

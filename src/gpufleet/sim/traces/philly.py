@@ -24,15 +24,17 @@ virtual cluster (VC), and gave each job a model type and a step count. Decisions
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import zlib
 import re
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from gpufleet.model import (GPU_PRODUCT_LABEL, Gpu, GpuUuid, ModelError, NodeInfo, NodeName, PodGroup,
-                            PodSpec, PodUid, whole_gpus)
+                            PodSpec, PodUid, Queue, whole_gpus)
 from gpufleet.sim.workload import Job, Workload
 
 SUBDIR = "gavel-philly-derived"
@@ -61,10 +63,12 @@ _KEY = re.compile(r"\('(.+)', (\d+)\)")
 
 
 def load(root: Path, *, gpu_type: str = "v100", spec_index: int = 0,
-         vcs: Sequence[str] | None = None) -> Workload:
+         vcs: Sequence[str] | None = None, priorities: bool = False) -> Workload:
     """All VCs (or those named in `vcs`) of the trace directory `root` on the spec's cluster.
 
     Jobs of every VC share one cluster and are merged by arrival (ties: VC name, then line).
+    Each VC is a queue of weight 1. Philly records no priorities; with `priorities` each job
+    gets a PriorityClass value drawn from a fixed mix (see `priority_of`).
     """
     folder = root / SUBDIR
     throughputs = read_throughputs(folder / THROUGHPUTS)
@@ -76,9 +80,31 @@ def load(root: Path, *, gpu_type: str = "v100", spec_index: int = 0,
         files = [f for f in files if f.stem in vcs]
     jobs = [job for f in files for job in read_trace(f, throughputs, gpu_type)]
     jobs.sort(key=lambda job: job.arrival_s)
+    if priorities:
+        jobs = [_with_priority(job) for job in jobs]
     spec = read_cluster_spec(folder / CLUSTER_SPECS, spec_index)
     return Workload(f"philly-{TRACES}", cluster_nodes(spec), tuple(jobs),
-                    f"Gavel's Philly-derived traces ({len(files)} VCs), durations on {gpu_type}")
+                    f"Gavel's Philly-derived traces ({len(files)} VCs), durations on {gpu_type}",
+                    tuple(Queue(f.stem) for f in files))
+
+
+PRIORITY_MIX = ((1, 1000), (6, 100), (3, 0))
+"""(tenths of jobs, PriorityClass value): 10 % high, 60 % normal, 30 % low/best-effort."""
+
+
+def priority_of(name: str) -> int:
+    """A job's priority from the mix, by a stable hash of its name (same on every run)."""
+    slot = zlib.crc32(name.encode()) % 10
+    for tenths, value in PRIORITY_MIX:
+        if slot < tenths:
+            return value
+        slot -= tenths
+    raise AssertionError("PRIORITY_MIX must cover ten tenths")
+
+
+def _with_priority(job: Job) -> Job:
+    value = priority_of(job.pods[0].pod_group or job.pods[0].name)
+    return dataclasses.replace(job, pods=tuple(dataclasses.replace(p, priority=value) for p in job.pods))
 
 
 def read_trace(path: Path, throughputs: Throughputs, gpu_type: str = "v100") -> tuple[Job, ...]:
