@@ -49,6 +49,19 @@ class Client:
         finally:
             conn.close()
 
+    def watch_until(self, path: str, marker: str) -> list[dict[str, Any]]:
+        """Events of a watch up to the one about the object named `marker` (excluded).
+
+        Tests write the marker object last, so the events before it are exactly those of
+        the writes under test, without waiting for a timeout.
+        """
+        out = []
+        for event in self.watch(path):
+            if event["object"].get("metadata", {}).get("name") == marker:
+                return out
+            out.append(event)
+        raise AssertionError(f"the stream ended before {marker!r} arrived: {out}")
+
     def _conn(self, timeout_s: float = 10.0) -> http.client.HTTPConnection:
         parts = urlsplit(self.url)
         return http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout_s)

@@ -125,6 +125,15 @@ def test_a_crd_whose_name_is_not_plural_dot_group_is_422(client: Client) -> None
 def test_custom_resources_can_be_watched(crds: Client) -> None:
     rv = crds.ok("GET", QUEUES)["metadata"]["resourceVersion"]
     crds.ok("POST", QUEUES, queue("q1"))
-    events = list(crds.watch(f"{QUEUES}?watch=true&resourceVersion={rv}&timeoutSeconds=1"))
+    crds.ok("POST", QUEUES, queue("end"))
+    events = crds.watch_until(f"{QUEUES}?watch=true&resourceVersion={rv}", "end")
     assert [(e["type"], e["object"]["kind"], e["object"]["metadata"]["name"]) for e in events] == [
         ("ADDED", "Queue", "q1")]
+
+
+def test_the_python_api_updates_a_custom_resource_and_its_status(server: ApiServer, crds: Client) -> None:
+    created = crds.ok("POST", PGS, podgroup("g"))
+    server.update({**created, "spec": {**created["spec"], "minMember": 5}})
+    server.update({**created, "status": {"phase": "Running"}}, status=True)
+    got = server.get("podgroups", "g", "default") or {}
+    assert (got["spec"]["minMember"], got["status"]["phase"]) == (5, "Running")

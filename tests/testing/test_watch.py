@@ -26,7 +26,8 @@ def test_a_watch_from_a_list_resource_version_sees_exactly_the_later_changes(cli
     rv = client.ok("GET", PODS)["metadata"]["resourceVersion"]
     client.ok("POST", PODS, pod("after"))
     client.ok("DELETE", f"{PODS}/before")
-    events = client.watch(f"{PODS}?watch=true&resourceVersion={rv}&timeoutSeconds=1")
+    client.ok("POST", PODS, pod("end"))
+    events = client.watch_until(f"{PODS}?watch=true&resourceVersion={rv}", "end")
     seen = [(e["type"], e["object"]["metadata"]["name"]) for e in events]
     assert seen == [("ADDED", "after"), ("DELETED", "before")]
 
@@ -66,10 +67,10 @@ def test_a_watch_from_a_resource_version_older_than_the_history_gets_410_expired
 def test_bookmarks_carry_the_current_resource_version_when_idle(client: Client) -> None:
     rv = client.ok("GET", PODS)["metadata"]["resourceVersion"]
     client.ok("POST", "/api/v1/namespaces", {"metadata": {"name": "elsewhere"}})  # moves the counter
-    events = list(client.watch(f"{PODS}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds=1"))
-    bookmarks = [e for e in events if e["type"] == "BOOKMARK"]
-    assert bookmarks and bookmarks[0]["object"]["kind"] == "Pod"
-    assert int(bookmarks[-1]["object"]["metadata"]["resourceVersion"]) > int(rv)
+    stream = client.watch(f"{PODS}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}")
+    bookmark = next(stream)  # nothing happens to pods, so the first event is a bookmark
+    assert (bookmark["type"], bookmark["object"]["kind"]) == ("BOOKMARK", "Pod")
+    assert int(bookmark["object"]["metadata"]["resourceVersion"]) > int(rv)
 
 
 def test_send_initial_events_ends_with_an_annotated_bookmark(client: Client) -> None:
@@ -88,7 +89,8 @@ def test_a_selector_watch_sees_an_object_leave_as_deleted_and_enter_as_added(cli
     merge = "application/merge-patch+json"
     client.ok("PATCH", f"{PODS}/a", {"metadata": {"labels": {"team": "y"}}}, merge)
     client.ok("PATCH", f"{PODS}/a", {"metadata": {"labels": {"team": "x"}}}, merge)
-    events = list(client.watch(f"{PODS}?watch=true&labelSelector=team%3Dx&resourceVersion={rv}&timeoutSeconds=1"))
+    client.ok("POST", PODS, pod("end", labels={"team": "x"}))
+    events = client.watch_until(f"{PODS}?watch=true&labelSelector=team%3Dx&resourceVersion={rv}", "end")
     assert [e["type"] for e in events] == ["DELETED", "ADDED"]
 
 
@@ -98,9 +100,16 @@ def test_a_field_selector_watch_follows_only_unbound_pods_of_one_scheduler(serve
     client.ok("POST", PODS, pod("theirs", scheduler="default-scheduler"))
     client.ok("POST", f"{PODS}/mine/binding", {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "mine"},
                                               "target": {"kind": "Node", "name": "n1"}})
+    client.ok("POST", PODS, pod("end"))
     query = "fieldSelector=spec.schedulerName%3Dgpufleet%2Cspec.nodeName%3D"
-    events = list(client.watch(f"/api/v1/pods?watch=true&{query}&resourceVersion={rv}&timeoutSeconds=1"))
+    events = client.watch_until(f"/api/v1/pods?watch=true&{query}&resourceVersion={rv}", "end")
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "mine"), ("DELETED", "mine")]
+
+
+def test_timeout_seconds_ends_the_stream(client: Client) -> None:
+    started = time.monotonic()
+    assert list(client.watch(f"{PODS}?watch=true&timeoutSeconds=1")) == []
+    assert 0.9 < time.monotonic() - started < 3
 
 
 def test_stopping_the_server_ends_open_watches() -> None:

@@ -133,11 +133,9 @@ class ApiServer:
         rt = self.api.registry.for_kind(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
         if rt is None:
             raise ApiError(404, f"no resource serves {obj.get('apiVersion')} {obj.get('kind')}", "NotFound")
-        body = copy.deepcopy(obj)
-        body["metadata"].pop("resourceVersion", None)
-        m = body["metadata"]
-        return copy.deepcopy(self.api.update(rt, m.get("namespace"), m["name"], body,
-                                             subresource="status" if status else None))
+        m = obj["metadata"]
+        return copy.deepcopy(self.api.update(rt, m.get("namespace"), m["name"], obj,
+                                             subresource="status" if status else None, force=True))
 
     @property
     def resource_version(self) -> int:
