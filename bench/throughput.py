@@ -11,6 +11,7 @@ with --json the last line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import random
@@ -25,21 +26,53 @@ import cluster_gen  # noqa: E402
 import naive  # noqa: E402
 
 from gpufleet.core.cycle import schedule  # noqa: E402
+from gpufleet.core.queued import QueueContext  # noqa: E402
+from gpufleet.framework.queueing import QueueingConfig  # noqa: E402
 from gpufleet.framework.plugins.fragmentation import typical_tasks  # noqa: E402
 from gpufleet.framework.profile import ProfileSettings, ScoreRef, build_profile  # noqa: E402
 from gpufleet.framework.profiles import builtin  # noqa: E402
 from gpufleet.framework.registry import BuildContext  # noqa: E402
-from gpufleet.model import ClusterSnapshot, GpuKind, PodSpec  # noqa: E402
+from gpufleet.model import ClusterSnapshot, GpuKind, PodSpec, QueueTree  # noqa: E402
 
 SCORERS = ("MostAllocated", "LeastAllocated", "BestFit", "DotProduct", "GpuPacking", "GpuClustering",
            "FGD", "FragAware", "PreferUsedNodes", "Random", "Topology")
 
 
-def timed(snap: ClusterSnapshot, pods: list[PodSpec], settings: ProfileSettings, ctx: BuildContext) -> tuple[float, int]:
+def timed(snap: ClusterSnapshot, pods: list[PodSpec], settings: ProfileSettings, ctx: BuildContext,
+          queues: QueueContext | None = None) -> tuple[float, int]:
     profile = build_profile(settings, ctx)
     start = time.perf_counter()
-    result = schedule(snap, pods, profile, now=0.0, rng=random.Random(1))
+    result = schedule(snap, pods, profile, now=0.0, rng=random.Random(1), queues=queues)
     return time.perf_counter() - start, len(result.binds)
+
+
+QUEUED = QueueingConfig(order="fair", reclaim=True, preemption=True, starvation_bound_seconds=3600.0)
+
+
+def queued_runs(snap: ClusterSnapshot, pods: list[PodSpec], ctx: BuildContext, rng: random.Random
+                ) -> dict[str, object]:
+    """The default profile's plugins with 100 queues, fair order, reclaim, preemption and a
+    starvation bound: (1) all pods pending on the empty cluster; (2) then, with what that
+    placed running for two hours (the cluster is full), half as many new pods arrive in the
+    same queues, so reclaim and preemption look for victims."""
+    tree = QueueTree.build(cluster_gen.queues(rng, int(snap.cluster.gpu_count.sum())))
+    leaves = sorted(q for q in tree.queues if q not in tree.children and q != "default")
+    queued = cluster_gen.in_queues(pods, leaves, rng)
+    profile = build_profile(dataclasses.replace(builtin("default"), queueing=QUEUED), ctx)
+    context = QueueContext(tree)
+    start = time.perf_counter()
+    first = schedule(snap, queued, profile, now=0.0, rng=random.Random(1), queues=context)
+    seconds = time.perf_counter() - start
+    late, groups = cluster_gen.pods(len(pods) // 2, rng, prefix="late-")
+    late = cluster_gen.in_queues(late, leaves, rng)
+    busy = snap.apply(first.binds).with_pod_groups(groups)
+    start = time.perf_counter()
+    second = schedule(busy, late, profile, now=7200.0, rng=random.Random(1), queues=context)
+    busy_s = time.perf_counter() - start
+    return {"queues": len(leaves), "queues_pods_per_s": round(len(queued) / seconds), "queues_bound": len(first.binds),
+            "queues_busy_pods": len(late), "queues_busy_running": len(first.binds),
+            "queues_busy_pods_per_s": round(len(late) / busy_s),
+            "queues_busy_evictions": len(second.evictions), "queues_busy_nominated": len(second.nominated)}
 
 
 def naive_run(snap: ClusterSnapshot, pods: list[PodSpec], ctx: BuildContext) -> tuple[float, int, int]:
@@ -88,6 +121,13 @@ def main() -> None:
         s, b = timed(snap, pods, builtin(name), ctx)
         out[f"{name.replace('-', '_')}_profile_pods_per_s"] = round(len(pods) / s)
         print(f"  {name} profile {len(pods) / s:9,.0f} pods/s  ({b} bound)", file=sys.stderr)
+    queued = queued_runs(snap, pods, ctx, rng)
+    out.update(queued)
+    print(f"queues: {queued['queues']} leaf queues, fair order, reclaim, preemption, starvation bound: "
+          f"{queued['queues_pods_per_s']:,} pods/s on the empty cluster; with {queued['queues_busy_running']} "
+          f"pods running, {queued['queues_busy_pods_per_s']:,} pods/s for {queued['queues_busy_pods']} pending "
+          f"({queued['queues_busy_evictions']} evictions, {queued['queues_busy_nominated']} nominated)",
+          file=sys.stderr)
     prefix = [p for p in pods if p.pod_group is None and p.gpu.kind is not GpuKind.MIG][: args.naive_pods]
     ns, n, disagree = naive_run(snap, prefix, ctx)
     out.update(naive_pods=n, naive_pods_per_s=round(n / ns, 1), naive_disagreements=disagree,

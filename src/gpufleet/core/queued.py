@@ -62,16 +62,12 @@ class QueueContext:
 
 def run(cycle: _Cycle, pending: Sequence[PodSpec], cfg: QueueingConfig, ctx: QueueContext) -> None:
     book = QueueBook(ctx.tree, cycle.view.cluster)
-    for p in cycle.snapshot.placements.values():
-        book.add(book.queue_of(p.queue), book.placement_vector(p))
+    book.load(cycle.snapshot.placements.values())
     now = cycle.state.now
     key = _unit_key(cfg, ctx)
     units = ordering.order(pending, key)
     want = book.alloc.copy()
-    for unit in units:
-        q = book.queue_of(unit[0].queue)
-        for pod in unit:
-            want[q] += _demand(book, pod)
+    _add_demand(book, want, pending)
     fair = fair_shares(book, want)
     bound = cfg.starvation_bound_seconds
     starving = [u for u in units if bound > 0 and now - u[0].created_s >= bound]
@@ -96,13 +92,24 @@ def _sequence(cfg: QueueingConfig, book: QueueBook, ctx: QueueContext, starving:
     return _FairPicker(book, ctx, starving, rest)
 
 
-def _demand(book: QueueBook, pod: PodSpec) -> F64:
-    model = -1
-    if len(pod.gpu_models) == 1:
-        (only,) = pod.gpu_models
-        if only in book.cluster.models:
-            model = book.cluster.models.index(only)
-    return book.vector(pod.cpu_milli, pod.mem_mib, pod_gpu_milli(pod), model)
+def _add_demand(book: QueueBook, want: F64, pending: Sequence[PodSpec]) -> None:
+    """Add what pending pods ask to their queues' rows (a GPU model only when the pod allows one)."""
+    totals: dict[tuple[int, int], list[int]] = {}
+    models = {m: k for k, m in enumerate(book.cluster.models)}
+    for pod in pending:
+        model = -1
+        if len(pod.gpu_models) == 1:
+            (only,) = pod.gpu_models
+            model = models.get(only, -1)
+        k = (book.queue_of(pod.queue), model)
+        t = totals.get(k)
+        if t is None:
+            t = totals[k] = [0, 0, 0]
+        t[0] += pod.cpu_milli
+        t[1] += pod.mem_mib
+        t[2] += pod_gpu_milli(pod)
+    for (q, model), (cpu, mem, gpu) in totals.items():
+        want[q] += book.vector(cpu, mem, gpu, model)
 
 
 def _unit_key(cfg: QueueingConfig, ctx: QueueContext) -> Callable[[PodSpec], tuple[object, ...]]:
@@ -127,14 +134,15 @@ def _place_unit(cycle: _Cycle, book: QueueBook, unit: Unit, held: np.ndarray) ->
     if not book.is_leaf(q):
         _fail(cycle, unit, f"queue {book.names[q]} has child queues: pods must name a leaf queue", "Queue")
         return False
-    total = sum((book.pod_vector(p) for p in unit), np.zeros(len(book.dims)))
-    group = cycle.snapshot.pod_groups.get(unit[0].pod_group or "")
-    if group is not None and group.min_member < len(unit):
-        total = total * (group.min_member / len(unit))  # an elastic gang needs only its minimum
-    why = book.over_limit(q, total)
-    if why is not None:
-        _fail(cycle, unit, why, "QueueLimit")
-        return False
+    if book.limited[q]:
+        total = sum((book.pod_vector(p) for p in unit), np.zeros(len(book.dims)))
+        group = cycle.snapshot.pod_groups.get(unit[0].pod_group or "")
+        if group is not None and group.min_member < len(unit):
+            total = total * (group.min_member / len(unit))  # an elastic gang needs only its minimum
+        why = book.over_limit(q, total)
+        if why is not None:
+            _fail(cycle, unit, why, "QueueLimit")
+            return False
     mask, mask_key = node_mask(cycle, book, q, unit[0], held)
     cycle.mask, cycle.mask_key = mask, mask_key
     placed = cycle.run_unit(unit)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from typing import Iterable
+
 from gpufleet.model import GPU_MILLI, Cluster, GpuKind, Placement, PodSpec, QueueTree
 from gpufleet.model.queue import CPU, GPU, GPU_MODEL_PREFIX, MEMORY
 
@@ -71,18 +73,41 @@ class QueueBook:
                 self.limit[i, capped] = np.minimum(self.limit[i, capped], self.guaranteed[i, capped])
         self.model_limited = [bool(np.isfinite(self.limit[list(self.up[i]), len(BASE):]).any())
                               for i in range(n)]
+        self.limited = [bool(np.isfinite(self.limit[list(self.up[i]), :len(BASE)]).any()) for i in range(n)]
+        """Whether a queue or an ancestor has a CPU, memory or GPU limit (else `over_limit` is skipped)."""
         """Whether a queue or an ancestor limits some GPU model (then nodes are masked per model)."""
         gpus = cluster.gpu_count.astype(np.float64) * GPU_MILLI
         per_model = [float(gpus[cluster.model_id == m].sum()) for m in range(len(cluster.models))]
         self.capacity: F64 = np.array([float(cluster.cap_cpu.sum()), float(cluster.cap_mem.sum()),
                                        float(gpus.sum()), *per_model])
         self.alloc: F64 = np.zeros((n, d))
+        self._leaf: dict[str, int] = {}
         self.inv_capacity: F64 = np.where(self.capacity > 0, 1.0 / np.maximum(self.capacity, 1.0), 0.0)
         self.dominant: list[float] = [0.0] * n
         """max over dimensions of alloc / capacity, kept current by `add`."""
+        self.below: list[bool] = [bool((self.guaranteed[i] > 0).any()) for i in range(n)]
+        """Whether the queue holds less than its guarantee in some dimension, kept current by `add`."""
 
     def queue_of(self, name: str) -> int:
-        return self.index[self.tree.leaf_of(name)]
+        q = self._leaf.get(name)
+        if q is None:
+            q = self._leaf[name] = self.index[self.tree.leaf_of(name)]
+        return q
+
+    def load(self, placements: Iterable[Placement]) -> None:
+        """Add what `placements` hold, summed per queue and GPU model first (one array update each)."""
+        totals: dict[tuple[int, int], list[int]] = {}
+        index, model_id = self.cluster.index, self.cluster.model_id
+        for p in placements:
+            key = (self.queue_of(p.queue), int(model_id[index[p.node]]))
+            t = totals.get(key)
+            if t is None:
+                t = totals[key] = [0, 0, 0]
+            t[0] += p.cpu_milli
+            t[1] += p.mem_mib
+            t[2] += placement_gpu_milli(p, self.cluster) if p.mig_slices else len(p.gpus) * p.milli
+        for (q, model), (cpu, mem, gpu) in totals.items():
+            self.add(q, self.vector(cpu, mem, gpu, model))
 
     def is_leaf(self, q: int) -> bool:
         return not self.children[q]
@@ -105,11 +130,15 @@ class QueueBook:
 
     def add(self, q: int, vec: F64, sign: int = 1) -> None:
         for a in self.up[q]:
-            self.alloc[a] += sign * vec
-            self.dominant[a] = float((self.alloc[a] * self.inv_capacity).max())
+            row = self.alloc[a]
+            row += sign * vec
+            self.dominant[a] = float((row * self.inv_capacity).max())
+            self.below[a] = bool((row < self.guaranteed[a]).any())
 
     def over_limit(self, q: int, vec: F64) -> str | None:
         """Why adding `vec` to queue q breaks a limit of q or an ancestor (model dimensions excluded)."""
+        if not self.limited[q]:
+            return None
         for a in self.up[q]:
             after = self.alloc[a, :len(BASE)] + vec[:len(BASE)]
             over = np.flatnonzero((after > self.limit[a, :len(BASE)]) & (vec[:len(BASE)] > 0))
@@ -128,7 +157,7 @@ class QueueBook:
         return ok
 
     def below_guarantee(self, q: int) -> bool:
-        return bool((self.alloc[q] < self.guaranteed[q]).any())
+        return self.below[q]
 
 
 def _amount(dim: str, value: float) -> str:

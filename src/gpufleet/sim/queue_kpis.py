@@ -45,16 +45,20 @@ class QueueMeter:
             return
         self._next = now + self.period_s
         book = QueueBook(self.tree, snap.cluster)
+        book.load(snap.placements.values())
         lowest: dict[str, int] = {}
         for p in snap.placements.values():
-            book.add(book.queue_of(p.queue), book.placement_vector(p))
             lowest[p.queue] = min(lowest.get(p.queue, p.priority), p.priority)
         want = book.alloc.copy()
+        asked: dict[int, int] = {}
         for pod in pending:
-            want[book.queue_of(pod.queue), GPU_DIM] += pod_gpu_milli(pod)
+            q = book.queue_of(pod.queue)
+            asked[q] = asked.get(q, 0) + pod_gpu_milli(pod)
             floor = lowest.get(pod.queue)
             if floor is not None and floor < pod.priority:
                 self.inverted.add(pod.uid)
+        for q, milli in asked.items():
+            want[q, GPU_DIM] += milli
         fair = fair_shares(book, want)
         leaves = [q for q in range(len(book.names)) if book.is_leaf(q)]
         held = {book.names[q]: float(book.alloc[q, GPU_DIM]) / 1000 for q in leaves}
