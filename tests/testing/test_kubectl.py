@@ -149,3 +149,30 @@ def test_get_shows_pods_run_by_the_simulated_kubelet(kubectl: Kubectl) -> None:
     assert len(nodes) == 3 and all("nvidia.com/gpu.product" in n["metadata"]["labels"] for n in nodes)
     kubectl.run("delete", "pod", "runner")
     assert srv.get("pods", "runner") is None
+
+
+def test_drain_evicts_through_the_eviction_api_and_a_budget_holds_it_back(kubectl: Kubectl) -> None:
+    srv = kubectl.server
+    for name, node in (("free", "gpu-node-001"), ("guarded", "gpu-node-002")):
+        spec = {**_pod(name)["spec"], "nodeName": node}
+        srv.create({**_pod(name), "spec": spec})
+    srv.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "guard", "namespace": "default"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
+    deadline = time.monotonic() + 5
+    while any((srv.get("pods", n) or {})["status"]["phase"] != "Running" for n in ("free", "guarded")):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    out = kubectl.run("drain", "gpu-node-001", "--force", "--timeout=5s").stdout
+    assert "pod/free evicted" in out and srv.get("pods", "free") is None
+    # kubectl retries a 429 every 5 s until its timeout: read its first complaint, then stop it
+    proc = subprocess.Popen(kubectl.args("drain", "gpu-node-002", "--force", "--timeout=20s"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        complaint = next(line for line in proc.stderr or [] if "disruption budget" in line)
+    finally:
+        proc.kill()
+        proc.wait(5)
+    assert "Cannot evict pod as it would violate the pod's disruption budget" in complaint
+    assert srv.get("pods", "guarded") is not None
+    assert (srv.get("nodes", "gpu-node-002") or {})["spec"]["unschedulable"] is True
