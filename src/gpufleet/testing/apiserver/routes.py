@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 from gpufleet.testing.apiserver import discovery, openapi, tables
 from gpufleet.testing.apiserver.api import Api
 from gpufleet.testing.apiserver.errors import ApiError, bad_request, status_body
+from gpufleet.testing.apiserver.events import from_events_v1
 from gpufleet.testing.apiserver.resources import ResourceType
 from gpufleet.testing.apiserver.selectors import (fields_match, labels_match, parse_field_selector,
                                                   parse_label_selector)
@@ -200,7 +201,6 @@ def _one(req: Request, t: Target, obj: Obj) -> Response:
 
 def _stored_shape(t: Target, objs: list[Obj]) -> list[Obj]:
     if t.rt.storage_key == "events" and t.rt.group:
-        from gpufleet.testing.apiserver.events import from_events_v1
         return [from_events_v1(o) for o in objs]
     return objs
 

@@ -114,6 +114,7 @@ class ApiServer:
         return copy.deepcopy(self.api.create(rt, (obj.get("metadata") or {}).get("namespace"), obj, trusted=True))
 
     def get(self, plural: str, name: str, namespace: str | None = None) -> Obj | None:
+        """A deep copy of the object, or None; a namespaced resource's namespace defaults to "default"."""
         rt = self.resource(plural)
         obj = self.store.get(rt.storage_key, (namespace or "default") if rt.namespaced else "", name)
         return copy.deepcopy(self.api.view(rt, obj)) if obj is not None else None
@@ -125,6 +126,7 @@ class ApiServer:
         return copy.deepcopy(items)
 
     def delete(self, plural: str, name: str, namespace: str | None = None) -> None:
+        """Delete as a client would (a DELETED event; 404 ApiError when missing); namespace as in `get`."""
         rt = self.resource(plural)
         self.api.delete(rt, (namespace or "default") if rt.namespaced else None, name)
 

@@ -137,7 +137,7 @@ def columns(rt: ResourceType) -> list[Column]:
             cols.append((str(c.get("name", "")), str(c.get("type", "string")), int(c.get("priority", 0)),
                          _printer_cell(str(c.get("jsonPath", "")), str(c.get("type", "string")))))
         return cols
-    return _COLUMNS.get(rt.storage_key if not rt.group or rt.storage_key != "events" else "events", _DEFAULT)
+    return _COLUMNS.get(rt.storage_key, _DEFAULT)
 
 
 def _printer_cell(path: str, kind: str) -> Callable[[Obj], Any]:
