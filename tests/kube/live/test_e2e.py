@@ -74,6 +74,8 @@ def test_2000_pods_kill_9_and_restart_no_double_binding_no_overcommit(cluster: A
     assert 300 <= len(before) < 2000
     with Scheduler(kubeconfig, log, "--qps", "0") as second:
         wait_for(lambda: settled(srv), 60, "every pod bound or marked Unschedulable", interval_s=0.5)
+        wait_for(lambda: all((g.get("status") or {}).get("phase") for g in srv.list("podgroups")), 10,
+                 "every PodGroup to have a phase")
         assert second.terminate() == 0
     final = gpufleet_pods(srv)
     after = bound(final)
@@ -94,7 +96,7 @@ def test_2000_pods_kill_9_and_restart_no_double_binding_no_overcommit(cluster: A
                         next(c["message"] for c in p["status"]["conditions"] if c["type"] == "PodScheduled"))
                for p in unschedulable)
     group_phases = {g["metadata"]["name"]: (g.get("status") or {}).get("phase") for g in srv.list("podgroups")}
-    assert set(group_phases.values()) <= {"Pending", "Scheduling", "Running"} and None not in group_phases.values()
+    assert set(group_phases.values()) <= {"Pending", "Scheduling", "Running"}
 
 
 def test_two_replicas_only_the_leader_binds_and_the_other_takes_over(cluster: Any, tmp_path: Path) -> None:
