@@ -18,7 +18,7 @@ from gpufleet.cli import queues_cmd
 from gpufleet.cli.main import UsageError
 from dataclasses import replace
 
-from gpufleet.sim import compare, compare_time, report
+from gpufleet.sim import compare, compare_time, queue_report, report
 from gpufleet.framework.profile import load_profiles
 from gpufleet.sim.default_workload import default_workload
 from gpufleet.sim.policies import PAPER_POLICIES, POLICIES
@@ -133,7 +133,9 @@ def _time_compare(args: argparse.Namespace, policies: list[str], seeds: int, out
         out.mkdir(parents=True, exist_ok=True)
         curves = {r.policy: r.utilisation for r in runs if r.seed == 42}
         report.write_json({p: {k: {"0": v} for k, v in m.items()} for p, m in summary.items()}, out / "results.json", meta)
-        report.write_time_html(summary, curves, out / "report.html", f"gpufleet time replay: {first.name}", meta)
+        shares = [(r.policy, r.samples) for r in runs if r.seed == 42 and r.samples]
+        report.write_time_html(summary, curves, out / "report.html", f"gpufleet time replay: {first.name}", meta,
+                               queue_report.shares_png(shares) if shares else None)
         print(f"wrote {out}/report.html, results.json")
     return 0
 

@@ -14,6 +14,7 @@ import numpy as np
 from gpufleet.framework.plugins.fragmentation import typical_tasks
 from gpufleet.sim import parallel
 from gpufleet.sim.policies import profile_for
+from gpufleet.sim.queue_kpis import QueueSample
 from gpufleet.sim.replay import replay
 from gpufleet.sim.workload import Workload
 
@@ -26,6 +27,8 @@ class ReplayRun:
     seed: int
     summary: dict[str, float]
     utilisation: list[tuple[float, float]]
+    samples: list[QueueSample]
+    """Queue shares over time (empty without queues)."""
 
 
 def _one(make: WorkloadFor, policy: str, seed: int) -> ReplayRun:
@@ -33,7 +36,7 @@ def _one(make: WorkloadFor, policy: str, seed: int) -> ReplayRun:
     tasks = typical_tasks([p for j in workload.jobs for p in j.pods])
     result = replay(workload, profile_for(policy, tasks), seed)
     step = max(1, len(result.utilisation) // 400)
-    return ReplayRun(policy, seed, result.summary(), result.utilisation[::step])
+    return ReplayRun(policy, seed, result.summary(), result.utilisation[::step], result.queue_samples)
 
 
 def run_all(make: WorkloadFor, policies: Sequence[str], seeds: Sequence[int], workers: int,

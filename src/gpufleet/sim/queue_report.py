@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from gpufleet.sim.queue_experiment import QueueRun  # noqa: E402
+from gpufleet.sim.queue_kpis import QueueSample  # noqa: E402
 from gpufleet.sim.report import _png  # noqa: E402
 
 COLUMNS = (("jct_mean_s", "mean JCT (h)", 1 / 3600), ("jct_p99_s", "p99 JCT (h)", 1 / 3600),
@@ -37,22 +38,23 @@ def terminal_table(rows: dict[str, dict[str, float]], title: str) -> None:
     Console(stderr=True, width=150).print(table)
 
 
-def _shares_png(runs: Sequence[QueueRun]) -> str:
+def shares_png(runs: Sequence[tuple[str, Sequence[QueueSample]]]) -> str:
+    """Per policy, the busiest queues' GPUs held (solid) against their fair share (dotted)."""
     fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.2 * len(runs)), sharex=True, squeeze=False)
-    for ax, run in zip(axes[:, 0], runs):
-        if not run.samples:
+    for ax, (policy, samples) in zip(axes[:, 0], runs):
+        if not samples:
             continue
         totals: dict[str, float] = {}
-        for s in run.samples:
+        for s in samples:
             for q, v in s.fair.items():
                 totals[q] = totals.get(q, 0.0) + v
         busiest = sorted(totals, key=lambda q: -totals[q])[:5]
-        hours = [s.time / 3600 for s in run.samples]
+        hours = [s.time / 3600 for s in samples]
         for k, q in enumerate(busiest):
             color = f"C{k}"
-            ax.step(hours, [s.held.get(q, 0.0) for s in run.samples], where="post", color=color, label=q)
-            ax.step(hours, [s.fair.get(q, 0.0) for s in run.samples], where="post", color=color, ls=":")
-        ax.set_ylabel(f"{run.policy}\nGPUs")
+            ax.step(hours, [s.held.get(q, 0.0) for s in samples], where="post", color=color, label=q)
+            ax.step(hours, [s.fair.get(q, 0.0) for s in samples], where="post", color=color, ls=":")
+        ax.set_ylabel(f"{policy}\nGPUs")
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=7, ncol=5, title="held (solid) vs fair share (dotted)", title_fontsize=7)
     axes[-1, 0].set_xlabel("time (hours)")
@@ -92,7 +94,7 @@ def write_html(runs: Sequence[QueueRun], rows: dict[str, dict[str, float]], out:
         f"<td>{row[key] * scale:.4g}</td>" for key, _, scale in COLUMNS) + "</tr>" for p, row in rows.items())
     meta_rows = "".join(f"<li>{html.escape(k)}: {html.escape(str(v))}</li>" for k, v in meta.items())
     images = "".join(f"<h2>{title}</h2><img src='data:image/png;base64,{png}'>" for title, png in (
-        ("GPUs held against fair share, per queue", _shares_png(runs)),
+        ("GPUs held against fair share, per queue", shares_png([(r.policy, r.samples) for r in runs])),
         ("Jain's index over time", _jain_png(runs)),
         ("GPU utilisation over time", _util_png(runs))))
     (out / "report.html").write_text(

@@ -110,7 +110,8 @@ def terminal_table(summary: Summary, title: str) -> None:
 
 
 TIME_COLUMNS = ("jct_mean_s", "jct_p50_s", "jct_p99_s", "wait_mean_s", "wait_p99_s", "wait_max_s",
-                "makespan_over_bound", "gpu_utilisation_while_arriving")
+                "makespan_over_bound", "gpu_utilisation_while_arriving", "jain_fairness", "priority_inversions",
+                "preemptions", "gpu_hours_lost")
 
 
 def time_table(summary: dict[str, dict[str, dict[str, float]]], title: str) -> None:
@@ -128,7 +129,7 @@ def time_table(summary: dict[str, dict[str, dict[str, float]]], title: str) -> N
 
 def write_time_html(summary: dict[str, dict[str, dict[str, float]]],
                     curves: dict[str, list[tuple[float, float]]], path: Path, title: str,
-                    meta: dict[str, object]) -> None:
+                    meta: dict[str, object], shares_png: str | None = None) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for policy, points in curves.items():
         ax.step([t / 3600 for t, _ in points], [u * 100 for _, u in points], where="post", label=policy)
@@ -144,4 +145,7 @@ def write_time_html(summary: dict[str, dict[str, dict[str, float]]],
     path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
                     f"<body style='font-family:sans-serif'><h1>{html.escape(title)}</h1><ul>{meta_rows}</ul>"
                     f"<table><tr><th>policy</th>{head}</tr>{rows}</table>"
-                    f"<h2>GPU utilisation over time (first seed)</h2><img src='data:image/png;base64,{img}'></body></html>")
+                    f"<h2>GPU utilisation over time (first seed)</h2><img src='data:image/png;base64,{img}'>"
+                    + (f"<h2>GPUs held against fair share, per queue (first seed)</h2>"
+                       f"<img src='data:image/png;base64,{shares_png}'>" if shares_png else "")
+                    + "</body></html>")
