@@ -115,7 +115,7 @@ class Api:
                *, dry_run: bool = False) -> Obj:
         with self.store.lock:
             old = self._stored(rt, namespace, name)
-            pre = (options or {}).get("preconditions") or {} if isinstance(options, dict) else {}
+            pre = (options.get("preconditions") or {}) if isinstance(options, dict) else {}
             if pre.get("uid") and pre["uid"] != old["metadata"]["uid"]:
                 raise ApiError(409, f"Precondition failed: UID in precondition: {pre['uid']}, "
                                     f"UID in object meta: {old['metadata']['uid']}", "Conflict")

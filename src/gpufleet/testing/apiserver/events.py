@@ -29,7 +29,7 @@ def from_events_v1(obj: Obj) -> Obj:
         if key in obj:
             core[key] = obj[key]
     for new, old in _RENAMES:
-        if key_present(obj, new):
+        if _present(obj, new):
             core[old] = obj[new]
     return core
 
@@ -40,12 +40,12 @@ def to_events_v1(core: Obj) -> Obj:
         if key in core:
             out[key] = core[key]
     for new, old in _RENAMES:
-        if key_present(core, old):
+        if _present(core, old):
             out[new] = core[old]
     return out
 
 
-def key_present(obj: Obj, key: str) -> bool:
+def _present(obj: Obj, key: str) -> bool:
     return obj.get(key) is not None
 
 

@@ -93,13 +93,14 @@ def _translate(ev: Event, keep: Callable[[Obj], bool]) -> tuple[str, Obj] | None
     """The event this watcher sends for a store event, given its selectors; None = nothing."""
     if ev.type == "DELETED":
         return ("DELETED", ev.obj) if keep(ev.obj) else None
-    now = keep(ev.obj)
-    before = ev.prev is not None and ev.type == "MODIFIED" and keep(ev.prev)
-    if now:
-        return ("MODIFIED" if before else "ADDED") if ev.type == "MODIFIED" else "ADDED", ev.obj
-    if before and ev.prev is not None:
-        gone = {**ev.prev, "metadata": {**ev.prev["metadata"], "resourceVersion": ev.obj["metadata"]["resourceVersion"]}}
-        return "DELETED", gone
+    matches_now = keep(ev.obj)
+    matched_before = ev.type == "MODIFIED" and ev.prev is not None and keep(ev.prev)
+    if matches_now:
+        return ("MODIFIED" if matched_before else "ADDED"), ev.obj
+    if matched_before and ev.prev is not None:
+        # leaving the selection: its last matching state, at the resourceVersion of the change
+        rv = ev.obj["metadata"]["resourceVersion"]
+        return "DELETED", {**ev.prev, "metadata": {**ev.prev["metadata"], "resourceVersion": rv}}
     return None
 
 
