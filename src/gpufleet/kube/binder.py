@@ -57,11 +57,11 @@ def scheduled_condition(obj: Obj) -> Obj | None:
     return None
 
 
-def status_is(obj: Obj, reason: str, message: str) -> bool:
-    """Whether the pod already shows PodScheduled=False with this reason and message, unnominated."""
+def status_is(obj: Obj, reason: str, message: str, nominated: str | None = None) -> bool:
+    """Whether the pod already shows PodScheduled=False with this reason, message and nominated node."""
     c = scheduled_condition(obj)
     return (c is not None and c.get("status") == "False" and c.get("reason") == reason
-            and c.get("message") == message and not (obj.get("status") or {}).get("nominatedNodeName"))
+            and c.get("message") == message and ((obj.get("status") or {}).get("nominatedNodeName") or None) == nominated)
 
 
 class Binder:
@@ -140,14 +140,17 @@ class Binder:
         self._retrier.call(kind, once)
 
     # -- unschedulable pods -----------------------------------------------------------------
-    def mark_unschedulable(self, key: str, obj: Obj, message: str, reason: str = UNSCHEDULABLE) -> Future[bool]:
-        return self._pool.submit(self._status, key, obj, message, reason)
+    def mark_unschedulable(self, key: str, obj: Obj, message: str, reason: str = UNSCHEDULABLE,
+                           nominated: str | None = None) -> Future[bool]:
+        """PodScheduled=False with `reason` and `message`; `nominatedNodeName` set only for a
+        preemptor waiting for its victims (Karpenter ignores such pods, rightly)."""
+        return self._pool.submit(self._status, key, obj, message, reason, nominated)
 
-    def _status(self, key: str, obj: Obj, message: str, reason: str) -> bool:
+    def _status(self, key: str, obj: Obj, message: str, reason: str, nominated: str | None) -> bool:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         body = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": reason,
                                            "message": message, "lastProbeTime": None, "lastTransitionTime": now}],
-                           "nominatedNodeName": None}}
+                           "nominatedNodeName": nominated}}
         try:
             self._call("update pod status", f"update status of pod {key}",
                        lambda: self._rest.patch(pod_url(obj, "status"), body, STRATEGIC))

@@ -156,17 +156,21 @@ class SchedulerCache:
             self._pending.pop(key, None)
             self._bound.pop(key, None)
             m = translate.meta(obj)
-            if translate.is_terminal(obj) or m.get("deletionTimestamp"):
+            if translate.is_terminal(obj):
                 self._assumed.pop(key, None)
                 group = (m.get("labels") or {}).get(translate.POD_GROUP_LABEL)
-                if group and translate.is_terminal(obj):
+                if group:
                     self._finished[key] = (f"{m.get('namespace') or 'default'}/{group}",
                                            str((obj.get("status") or {}).get("phase")))
             elif translate.node_name(obj):
+                # Bound, and holding its devices until it is gone: a terminating pod (an
+                # evicted victim in its grace period) still runs.
                 self._bound[key] = self._make_bound(key, obj, self._lenient_spec(obj))
                 self._assumed.pop(key, None)  # the echo: the bound pod's own placement takes over
             elif key in self._assumed:
                 self._assumed[key].obj = obj  # still binding: not offered to another cycle
+            elif m.get("deletionTimestamp"):
+                pass  # being deleted before it was bound: nothing to schedule
             elif (obj.get("spec") or {}).get("schedulerName") == self.scheduler_name:
                 self._pending[key] = self._make_pending(key, obj)
             self._changed()

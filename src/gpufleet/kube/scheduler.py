@@ -24,12 +24,14 @@ import logging
 import random
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from gpufleet.core.cycle import schedule
+from gpufleet.core.result import Eviction
 from gpufleet.framework.plugins.fragmentation import FragModel, TypicalTask, typical_tasks
 from gpufleet.framework.profile import Profile, ProfileSettings, build_profile
 from gpufleet.framework.registry import BuildContext
@@ -40,10 +42,11 @@ from gpufleet.kube.events import EventRecorder
 from gpufleet.kube.informer import Handler, Informer
 from gpufleet.kube.leader import LeaderElector, LeaseSettings
 from gpufleet.kube.metrics import Metrics
+from gpufleet.kube.queues import QueueState
 from gpufleet.kube.ratelimit import TokenBucket
 from gpufleet.kube.rest import Rest, path
 from gpufleet.kube.retry import Retrier, RetryPolicy
-from gpufleet.model import ClusterSnapshot, PodSpec, PodUid
+from gpufleet.model import ClusterSnapshot, Placement, PodSpec, PodUid
 from gpufleet.model.annotations import SCHEDULER_NAME
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,8 @@ class ServiceSettings:
     status_interval_s: float = 10.0
     """A pending pod's condition is rewritten at once when its reason changes, but at most this
     often when only the message does (the node counts in "0/200 nodes are available: ...")."""
+    eviction_retry_s: float = 30.0
+    """A victim whose eviction is under way is not asked for again before this."""
     seed: int = 0
     metrics_interval_s: float = 1.0
     """How often the gauges and the PodGroup status are recomputed."""
@@ -104,6 +109,8 @@ class SchedulerService:
         self._first_seen: dict[str, float] = {}
         self._last_gauges = 0.0
         self._lost = threading.Event()
+        self.queue_state = QueueState(profile.queueing)
+        self._evicting: dict[PodUid, float] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
     def _informers(self) -> list[Informer]:
@@ -201,8 +208,10 @@ class SchedulerService:
                 by_uid[p.spec.uid] = p
         snapshot = self.cache.snapshot() if specs else None
         if snapshot is not None and snapshot.cluster.n_nodes:
-            result = schedule(snapshot, specs, self._build_profile(specs), now=time.time(),
-                              rng=random.Random(self.settings.seed + self.cycles))
+            wall = time.time()
+            result = schedule(snapshot, specs, self._build_profile(specs), now=wall,
+                              rng=random.Random(self.settings.seed + self.cycles),
+                              queues=self.queue_state.context(self.cache.queues(), snapshot, specs, wall))
             self.cycles += 1
             self.metrics.cycle.observe(time.monotonic() - started)
             nodes = {n.name: n for n in snapshot.cluster.nodes}
@@ -216,6 +225,7 @@ class SchedulerService:
                 self._report(by_uid[uid], status.message or "no reason given", UNSCHEDULABLE)
             self.metrics.attempts.labels("unschedulable").inc(len(result.unschedulable))
             self._evict(result.evictions)
+            self._nominate(result.nominated, result.evictions, by_uid)
         elif specs:
             for p in by_uid.values():
                 self._report(p, "0/0 nodes are available.", UNSCHEDULABLE)
@@ -226,8 +236,8 @@ class SchedulerService:
             self._groups()
             self._gauges(snapshot or self.cache.snapshot(), specs)
 
-    def _report(self, p: Pending, message: str, reason: str) -> None:
-        marker = f"{reason}\n{message}"
+    def _report(self, p: Pending, message: str, reason: str, nominated: str | None = None) -> None:
+        marker = f"{reason}\n{message}\n{nominated or ''}"
         written = self._written.get(p.key)
         now = time.monotonic()
         if written is not None:
@@ -236,18 +246,41 @@ class SchedulerService:
             if written[0].startswith(reason + "\n") and now - written[1] < self.settings.status_interval_s:
                 return  # only the counts changed: rewrite at most every status_interval_s
         self._written[p.key] = (marker, now)
-        if status_is(p.obj, reason, message):
+        if status_is(p.obj, reason, message, nominated):
             return  # already shows it (written before a restart, or by the previous leader)
-        self.binder.mark_unschedulable(p.key, p.obj, message, reason)
+        self.binder.mark_unschedulable(p.key, p.obj, message, reason, nominated)
 
-    def _evict(self, evictions: tuple[Any, ...]) -> None:
+    def _evict(self, evictions: tuple[Eviction, ...]) -> None:
+        """Victims go through the Eviction API (PDBs respected); each at most once per `eviction_retry_s`."""
         if not evictions:
             return
+        now = time.monotonic()
         by_uid = {str(translate.meta(o).get("uid")): o for o in self.cache.bound_objects()}
         for e in evictions:
             obj = by_uid.get(str(e.pod))
-            if obj is not None:
-                self.binder.evict(translate.key_of(obj), obj, e.reason)
+            if obj is None or self._evicting.get(e.pod, 0.0) > now:
+                continue
+            self._evicting[e.pod] = now + self.settings.eviction_retry_s
+            self.binder.evict(translate.key_of(obj), obj, e.reason).add_done_callback(self._evicted(e.pod))
+
+    def _evicted(self, uid: PodUid) -> Callable[[Future[bool]], None]:
+        def done(f: Future[bool]) -> None:
+            if not f.cancelled() and f.exception() is None and f.result():
+                self.queue_state.evicted(uid, time.time())
+        return done
+
+    def _nominate(self, nominated: tuple[Placement, ...], evictions: tuple[Eviction, ...],
+                  by_uid: Mapping[PodUid, Pending]) -> None:
+        """A preemptor waits for its victims: its node is nominated, as kube-scheduler does."""
+        victims: dict[str, int] = {}
+        for e in evictions:
+            if e.preemptor is not None:
+                victims[e.preemptor] = victims.get(e.preemptor, 0) + 1
+        for p in nominated:
+            pod = by_uid.get(p.pod)
+            if pod is not None:
+                self._report(pod, f"waiting for {victims.get(p.pod, 0)} preempted pod(s) to leave node {p.node}",
+                             UNSCHEDULABLE, nominated=p.node)
 
     def _build_profile(self, specs: list[PodSpec]) -> Profile:
         """The built profile; rebuilt when FGD-style scorers would see a new typical-task mix."""

@@ -20,10 +20,11 @@ from typing import Any, Iterator
 
 import pytest
 
+from gpufleet.kube import translate
 from gpufleet.testing import workload
 from gpufleet.testing.apiserver import ApiServer, gpu_nodes
 
-from .harness import (Scheduler, bound, create_via_api, gpufleet_pods, install_crds, successful_bindings,
+from .harness import (PROFILE, Scheduler, bound, create_via_api, gpufleet_pods, install_crds, successful_bindings,
                       wait_for)
 
 NODES = 200
@@ -161,3 +162,48 @@ def test_api_errors_are_retried_with_backoff_and_logged_once(cluster: Any, tmp_p
     assert {p: n for p, n in successful_bindings(srv).items() if n > 1} == {}
     statuses = [r.status for r in srv.requests if r.method == "POST" and r.path.endswith("/binding")]
     assert statuses.count(500) == 40
+
+
+def test_preemption_goes_through_the_eviction_api_and_respects_a_budget(tmp_path: Path) -> None:
+    profile = tmp_path / "preempt.yaml"
+    profile.write_text(PROFILE.read_text() + "    queueing: {preemption: true}\n")
+    with ApiServer() as srv:
+        install_crds(srv)
+        nodes = gpu_nodes(2, seed=2)
+        for n in nodes:
+            srv.create(n)
+        kubeconfig = srv.write_kubeconfig(tmp_path / "kubeconfig")
+        whole = sum(len(g.mig_slices) == 0 for n in nodes for g in translate.node_gpus(n))
+        low = [workload_pod(f"low-{i}", {"nvidia.com/gpu": 1}, labels={"app": "low"}) for i in range(whole)]
+        srv.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": {"name": "low", "namespace": "default"},
+                    "spec": {"minAvailable": whole, "selector": {"matchLabels": {"app": "low"}}}})
+        log = tmp_path / "scheduler.log"
+        with Scheduler(kubeconfig, log, "--qps", "0", "--config", str(profile)) as s:
+            wait_for(s.ready, 30, "the scheduler")
+            create_via_api(srv, low)
+            wait_for(lambda: sum(p["status"].get("phase") == "Running" for p in gpufleet_pods(srv)) == whole, 30,
+                     "the low-priority pods running")
+            create_via_api(srv, [workload_pod("high", {"nvidia.com/gpu": 1}, priority=1000)])
+            wait_for(lambda: "blocked" in log.read_text(), 20, "an eviction refused by the budget (429)")
+            high = srv.get("pods", "high", "default")
+            assert high is not None and not high["spec"].get("nodeName")
+            assert high["status"].get("nominatedNodeName"), high["status"]
+            pdb = srv.get("poddisruptionbudgets", "low", "default")
+            assert pdb is not None
+            pdb["spec"]["minAvailable"] = whole - 1
+            srv.update(pdb)  # the budget now allows one disruption
+            wait_for(lambda: bool((srv.get("pods", "high", "default") or {}).get("spec", {}).get("nodeName")), 30,
+                     "the high-priority pod bound after its victims left")
+            assert s.terminate() == 0
+        remaining = gpufleet_pods(srv)
+        assert sum(1 for p in remaining if p["metadata"]["name"].startswith("low-")) == whole - 1
+        assert workload.check_assignments(remaining, srv.list("nodes")) == []
+        assert [r.status for r in srv.requests if r.path.endswith("/eviction")].count(429) >= 1
+
+
+def workload_pod(name: str, limits: dict[str, Any], *, labels: dict[str, str] | None = None,
+                 priority: int = 0) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
+            "spec": {"schedulerName": "gpufleet", "priority": priority,
+                     "containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]}}

@@ -1,0 +1,89 @@
+"""`QueueState`: what the live scheduler tells the core about queues across cycles.
+
+The core's queue-aware cycle (`core.queued`) takes a `QueueContext`; the simulator fills it
+from its own history, this module from what a live scheduler can observe:
+
+* `tree`: the `Queue` custom resources (a tree that does not validate — a missing parent, a
+  cycle, children guaranteed more than their parent — is logged once and replaced by the
+  default queue alone, so a bad CR cannot stop scheduling);
+* `usage_share`: each queue's GPU share decayed with the profile's half-life, on wall time
+  (empty when the half-life is 0: the core then uses current allocation);
+* `attained_gpu_s` (las order): GPU-seconds of the *current* run of each pending pod's gang
+  (running members' GPUs x time since they started). A live scheduler does not see earlier
+  runs of a job (its pods are new objects), so a restarted job starts again from 0;
+* `evicted_at`: when this process evicted a pod (the per-hour preemption cap). Not
+  persisted: after a restart the cap starts afresh.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from types import MappingProxyType
+from typing import Sequence
+
+from gpufleet.core.queued import QueueContext
+from gpufleet.framework.queueing import QueueingConfig
+from gpufleet.model import ClusterSnapshot, ModelError, PodSpec, PodUid, Queue, QueueTree
+
+log = logging.getLogger(__name__)
+
+
+class QueueState:
+    def __init__(self, cfg: QueueingConfig) -> None:
+        self.cfg = cfg
+        self.decayed: dict[str, float] = {}
+        self.evicted_at: dict[PodUid, tuple[float, ...]] = {}
+        self._last_t: float | None = None
+        self._bad: str | None = None
+
+    def context(self, queues: Sequence[Queue], snapshot: ClusterSnapshot, pending: Sequence[PodSpec],
+                now: float) -> QueueContext | None:
+        """The context for this cycle, or None when neither queues nor queueing are configured."""
+        if not queues and self.cfg == QueueingConfig():
+            return None
+        tree = self._tree(queues)
+        self._decay(snapshot, now)
+        return QueueContext(tree, MappingProxyType(dict(self.decayed)),
+                            MappingProxyType(self._attained(snapshot, pending, now)),
+                            MappingProxyType(dict(self.evicted_at)))
+
+    def evicted(self, pod: PodUid, now: float) -> None:
+        self.evicted_at[pod] = (*[t for t in self.evicted_at.get(pod, ()) if now - t < 3600.0], now)
+
+    def _tree(self, queues: Sequence[Queue]) -> QueueTree:
+        try:
+            tree = QueueTree.build(sorted(queues, key=lambda q: q.name))
+        except ModelError as exc:
+            if str(exc) != self._bad:
+                self._bad = str(exc)
+                log.error("the Queue objects do not form a valid tree (%s); scheduling as if there were none", exc)
+            return QueueTree.build(())
+        if self._bad is not None:
+            log.info("the Queue objects form a valid tree again")
+            self._bad = None
+        return tree
+
+    def _decay(self, snapshot: ClusterSnapshot, now: float) -> None:
+        half = self.cfg.usage_half_life_seconds
+        capacity = snapshot.gpu_capacity_milli()
+        if not half or not capacity:
+            return
+        last = self._last_t if self._last_t is not None else now
+        keep = math.pow(0.5, max(0.0, now - last) / half)
+        held: dict[str, float] = {}
+        for p in snapshot.placements.values():
+            held[p.queue] = held.get(p.queue, 0.0) + len(p.gpus) * p.milli
+        for q in set(self.decayed) | set(held):
+            self.decayed[q] = self.decayed.get(q, 0.0) * keep + (1 - keep) * held.get(q, 0.0) / capacity
+        self._last_t = now
+
+    def _attained(self, snapshot: ClusterSnapshot, pending: Sequence[PodSpec], now: float) -> dict[PodUid, float]:
+        if self.cfg.order != "las":
+            return {}
+        by_group: dict[str, float] = {}
+        for p in snapshot.placements.values():
+            if p.pod_group:
+                by_group[p.pod_group] = (by_group.get(p.pod_group, 0.0)
+                                         + len(p.gpus) * p.milli / 1000 * max(0.0, now - p.started_s))
+        return {pod.uid: by_group.get(pod.pod_group, 0.0) for pod in pending if pod.pod_group}
