@@ -111,7 +111,9 @@ def test_two_replicas_only_the_leader_binds_and_the_other_takes_over(cluster: An
         assert not standby.ready() and standby.get("/healthz")[0] == 200
         create_via_api(srv, first_pods)
         wait_for(lambda: settled(srv), 60, "the first pods settled", interval_s=0.5)
-        assert leader.metric("gpufleet_binds_total") == len(bound(gpufleet_pods(srv))) > 0
+        n_bound = len(bound(gpufleet_pods(srv)))
+        assert n_bound > 0
+        wait_for(lambda: leader.metric("gpufleet_binds_total") == n_bound, 5, "the leader to count its binds")
         assert standby.metric("gpufleet_binds_total") == 0
         leader.kill()
         killed = time.monotonic()
