@@ -314,6 +314,11 @@ class SchedulerCache:
         with self._cond:
             return list(self._finished.values())
 
+    def bound_specs(self) -> list[PodSpec]:
+        """Specs of the bound pods (those whose request parses; others count CPU and memory only)."""
+        with self._cond:
+            return [b.spec for b in self._bound.values()]
+
     def bound_objects(self) -> list[Obj]:
         with self._cond:
             return [b.obj for b in self._bound.values()]

@@ -295,13 +295,7 @@ class SchedulerService:
         return self._profile
 
     def _bound_specs(self) -> list[PodSpec]:
-        out = []
-        for obj in self.cache.bound_objects():
-            try:
-                out.append(translate.pod_spec(obj))
-            except Exception:  # noqa: BLE001 (a bound pod the core would reject still runs)
-                continue
-        return out
+        return self.cache.bound_specs()
 
     # -- status of groups and gauges --------------------------------------------------------
     def _groups(self) -> None:
