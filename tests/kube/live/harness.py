@@ -47,6 +47,8 @@ class Scheduler:
 
     def __init__(self, kubeconfig: Path, log: Path, *args: str, name: str = "sched") -> None:
         self.log_path, self.name = log, name
+        self._offset = log.stat().st_size if log.exists() else 0
+        """Where this process's lines start in a log shared with an earlier process."""
         self._log = log.open("ab")
         cmd = [sys.executable, "-m", "gpufleet.cli.scheduler_cmd", "scheduler", "--kubeconfig", str(kubeconfig),
                "--config", str(PROFILE), "--http-port", "0", *args]
@@ -57,7 +59,7 @@ class Scheduler:
     def port(self) -> int:
         if self._port is None:
             def found() -> bool:
-                m = re.search(r"http :(\d+)", self.log())
+                m = re.search(r"http :(\d+)", self.log()[self._offset:])
                 if m:
                     self._port = int(m.group(1))
                 return m is not None or self.proc.poll() is not None

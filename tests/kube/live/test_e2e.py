@@ -77,6 +77,11 @@ def test_2000_pods_kill_9_and_restart_no_double_binding_no_overcommit(cluster: A
         wait_for(lambda: settled(srv), 60, "every pod bound or marked Unschedulable", interval_s=0.5)
         wait_for(lambda: all((g.get("status") or {}).get("phase") for g in srv.list("podgroups")), 10,
                  "every PodGroup to have a phase")
+        _, metrics = second.get("/metrics")
+        assert re.search(r'gpufleet_pending_pods\{queue="team-a",reason="Unschedulable"\} [1-9]', metrics)
+        assert re.search(r'gpufleet_pending_pods\{queue="default",reason="InvalidRequest"\} 3', metrics)
+        assert 0.5 < second.metric("gpufleet_gpu_allocation_ratio") <= 1.0
+        assert "gpufleet_gpu_fragmentation_ratio" in metrics and "gpufleet_e2e_scheduling_duration_seconds_bucket" in metrics
         assert second.terminate() == 0
     final = gpufleet_pods(srv)
     after = bound(final)
@@ -96,6 +101,16 @@ def test_2000_pods_kill_9_and_restart_no_double_binding_no_overcommit(cluster: A
     assert all(re.match(r"0/200 nodes are available: |pod group |pod default/bad-",
                         next(c["message"] for c in p["status"]["conditions"] if c["type"] == "PodScheduled"))
                for p in unschedulable)
+    events = srv.list("events")
+    reasons: dict[str, int] = {}
+    failed_per_pod: dict[str, int] = {}
+    for e in events:
+        reasons[e.get("reason", "")] = reasons.get(e.get("reason", ""), 0) + 1
+        if e.get("reason") == "FailedScheduling":
+            who = (e.get("regarding") or e.get("involvedObject") or {}).get("name", "")
+            failed_per_pod[who] = failed_per_pod.get(who, 0) + 1
+    assert reasons.get("Scheduled", 0) > 0 and reasons.get("FailedScheduling", 0) > 0
+    assert max(failed_per_pod.values()) <= 3  # rate-limited: a new message at most every 10 s, a repeat every 60 s
     group_phases = {g["metadata"]["name"]: (g.get("status") or {}).get("phase") for g in srv.list("podgroups")}
     assert set(group_phases.values()) <= {"Pending", "Scheduling", "Running"}
 
