@@ -13,6 +13,8 @@ still the issue's 15 s.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -24,7 +26,7 @@ from gpufleet.kube import translate
 from gpufleet.testing import workload
 from gpufleet.testing.apiserver import ApiServer, gpu_nodes
 
-from .harness import (PROFILE, Scheduler, bound, create_via_api, gpufleet_pods, install_crds, successful_bindings,
+from .harness import (PROFILE, Scheduler, bound, clean_env, create_via_api, gpufleet_pods, install_crds, successful_bindings,
                       wait_for)
 
 NODES = 200
@@ -224,3 +226,26 @@ def workload_pod(name: str, limits: dict[str, Any], *, labels: dict[str, str] | 
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
             "spec": {"schedulerName": "gpufleet", "priority": priority,
                      "containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]}}
+
+
+def test_kubectl_describe_shows_why_a_pod_waits_and_where_one_runs(tmp_path: Path) -> None:
+    kubectl = Path(sys.executable).parent / "kubectl"
+    with ApiServer() as srv:
+        for n in gpu_nodes(3, seed=1):
+            srv.create(n)
+        kubeconfig = srv.write_kubeconfig(tmp_path / "kubeconfig")
+        with Scheduler(kubeconfig, tmp_path / "scheduler.log", "--qps", "0") as s:
+            wait_for(s.ready, 30, "the scheduler")
+            create_via_api(srv, [workload_pod("big", {"nvidia.com/gpu": 16}), workload_pod("small", {"nvidia.com/gpu": 1})])
+
+            def describe(name: str) -> str:
+                out = subprocess.run([str(kubectl), "--kubeconfig", str(kubeconfig), "describe", "pod", name],
+                                     capture_output=True, text=True, timeout=30, env=clean_env())
+                return out.stdout
+            wait_for(lambda: "FailedScheduling" in describe("big") and "Scheduled" in describe("small"), 20,
+                     "the scheduler's events in kubectl describe")
+        big, small = describe("big"), describe("small")
+    assert re.search(r"PodScheduled\s+False", big)
+    assert re.search(r"Warning\s+FailedScheduling\s+.*0/3 nodes are available: 3 Insufficient GPU\.", big)
+    assert re.search(r"Normal\s+Scheduled\s+.*Successfully assigned default/small to gpu-node-\d+ \(GPUs GPU-", small)
+    assert "gpufleet.io/gpu-assignment" in small
