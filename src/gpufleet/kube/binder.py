@@ -76,8 +76,9 @@ class Binder:
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
         self.in_flight: set[str] = set()
 
-    def close(self, wait: bool = True) -> None:
-        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+    def close(self) -> None:
+        """Wait for the requests in flight; drop those not started."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     # -- binds ------------------------------------------------------------------------------
     def bind(self, key: str, obj: Obj, p: Placement, node: NodeInfo, first_seen: float) -> Future[bool]:

@@ -159,8 +159,12 @@ class SchedulerService:
         self.cache.poke()
 
     def shutdown(self) -> None:
-        """After `run` returned: finish binds in flight, release the lease, stop the helpers."""
-        self.binder.close(wait=True)
+        """After `run` returned: finish the requests in flight, release the lease, stop the helpers.
+
+        Binds queued but not started are dropped (at 50 QPS a long queue would outlast the
+        pod's grace period); they were only decisions, which the next leader makes again.
+        """
+        self.binder.close()
         if self.elector is not None:
             self.elector.stop()
             self.elector.release()
@@ -232,6 +236,7 @@ class SchedulerService:
         if time.monotonic() - self._last_gauges >= self.settings.metrics_interval_s:
             # O(all pods): not on every cycle (while hundreds of binds echo back, cycles are 50 ms apart)
             self._last_gauges = time.monotonic()
+            self._forget_gone(pending)
             self._pending_gauge(pending)
             self._groups()
             self._gauges(snapshot or self.cache.snapshot(), specs)
@@ -329,6 +334,13 @@ class SchedulerService:
                     status = {**status, "scheduleStartTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
                 self._groups_written[key] = {k: v for k, v in status.items() if k != "scheduleStartTime"}
                 self.binder.group_status(group.namespace, group.name, status)
+
+    def _forget_gone(self, pending: list[Pending]) -> None:
+        """Drop what is remembered of pods no longer pending (deleted, or bound by someone else)."""
+        keys = {p.key for p in pending}
+        for memo in (self._written, self._first_seen):
+            for key in [k for k in memo if k not in keys]:
+                del memo[key]
 
     def _pending_gauge(self, pending: list[Pending]) -> None:
         counts: dict[tuple[str, str], int] = {}
