@@ -127,7 +127,7 @@ def _run(args: argparse.Namespace) -> int:
         else identity, qps=args.qps, burst=args.burst, workers=args.workers, leader_election=lease,
         assign=args.assign_with))
     try:
-        http = HealthServer(args.http_port, service.metrics, service.ready).start()
+        http = HealthServer(args.http_port, service.metrics, service.ready, service.leading).start()
     except OSError as exc:
         raise UsageError(f"--http-port {args.http_port}: {exc.strerror or exc}") from None
 

@@ -49,10 +49,12 @@ class Metrics:
 
 
 class HealthServer:
-    """/metrics, /healthz (the process is alive), /readyz (`ready()`: informers synced, leading)."""
+    """/metrics, /healthz (the process is alive), /readyz (`ready()`: informers synced),
+    /leaderz (`leading()`: 200 on the replica that schedules, 503 on a standby)."""
 
-    def __init__(self, port: int, metrics: Metrics, ready: Callable[[], bool], host: str = "0.0.0.0") -> None:
-        self._http = ThreadingHTTPServer((host, port), _handler(metrics, ready))
+    def __init__(self, port: int, metrics: Metrics, ready: Callable[[], bool],
+                 leading: Callable[[], bool] = lambda: True, host: str = "0.0.0.0") -> None:
+        self._http = ThreadingHTTPServer((host, port), _handler(metrics, ready, leading))
         self._http.daemon_threads = True
         self._thread = threading.Thread(target=self._http.serve_forever, name="http", daemon=True)
 
@@ -69,7 +71,8 @@ class HealthServer:
         self._http.server_close()
 
 
-def _handler(metrics: Metrics, ready: Callable[[], bool]) -> type[BaseHTTPRequestHandler]:
+def _handler(metrics: Metrics, ready: Callable[[], bool], leading: Callable[[], bool]
+             ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             route = self.path.split("?", 1)[0]
@@ -80,6 +83,9 @@ def _handler(metrics: Metrics, ready: Callable[[], bool]) -> type[BaseHTTPReques
             elif route == "/readyz":
                 ok = ready()
                 self._reply(200 if ok else 503, b"ok\n" if ok else b"not ready\n")
+            elif route == "/leaderz":
+                ok = leading()
+                self._reply(200 if ok else 503, b"leader\n" if ok else b"standby\n")
             else:
                 self._reply(404, b"not found\n")
 

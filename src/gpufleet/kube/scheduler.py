@@ -132,7 +132,10 @@ class SchedulerService:
         return self.elector is None or self.elector.leading.is_set()
 
     def ready(self) -> bool:
-        return self.synced() and self.leading() and not self.stop_event.is_set()
+        """Informers synced and not stopping. A standby is ready too: it is doing its job, and a
+        rolling update (maxSurge 0) waits for new replicas to be ready, which a standby never
+        would be if readiness meant leading. Leadership is `/leaderz` and `gpufleet_leader`."""
+        return self.synced() and not self.stop_event.is_set()
 
     def start(self) -> None:
         for i in self.informers:

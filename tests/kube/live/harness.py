@@ -90,6 +90,9 @@ class Scheduler:
     def ready(self) -> bool:
         return self.get("/readyz")[0] == 200
 
+    def leading(self) -> bool:
+        return self.get("/leaderz")[0] == 200
+
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)

@@ -123,9 +123,10 @@ def test_two_replicas_only_the_leader_binds_and_the_other_takes_over(cluster: An
     later_pods, _ = workload.pod_manifests(nodes, 100, seed=4, prefix="b")
     with Scheduler(kubeconfig, tmp_path / "a.log", "--qps", "0", *LEASE, name="replica-a") as a, \
             Scheduler(kubeconfig, tmp_path / "b.log", "--qps", "0", *LEASE, name="replica-b") as b:
-        wait_for(lambda: a.ready() or b.ready(), 30, "a leader")
-        leader, standby = (a, b) if a.ready() else (b, a)
-        assert not standby.ready() and standby.get("/healthz")[0] == 200
+        wait_for(lambda: a.leading() or b.leading(), 30, "a leader")
+        leader, standby = (a, b) if a.leading() else (b, a)
+        wait_for(standby.ready, 10, "the standby to be ready (synced) too")
+        assert not standby.leading() and standby.get("/healthz")[0] == 200
         create_via_api(srv, first_pods)
         wait_for(lambda: settled(srv), 60, "the first pods settled", interval_s=0.5)
         n_bound = len(bound(gpufleet_pods(srv)))
@@ -134,7 +135,7 @@ def test_two_replicas_only_the_leader_binds_and_the_other_takes_over(cluster: An
         assert standby.metric("gpufleet_binds_total") == 0
         leader.kill()
         killed = time.monotonic()
-        took = wait_for(standby.ready, 15, "the standby to take over")
+        took = wait_for(standby.leading, 15, "the standby to take over")
         create_via_api(srv, later_pods)
         wait_for(lambda: settled(srv), 60, "the later pods settled", interval_s=0.5)
         lease = srv.get("leases", "gpufleet-scheduler", "kube-system")
