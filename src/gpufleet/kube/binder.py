@@ -111,7 +111,7 @@ class Binder:
             return False
         except KubeError as exc:
             self._metrics.bind_errors.labels(exc.kind).inc()
-            if _ambiguous(exc):
+            if self._maybe_bound(key, obj, exc):
                 self._cache.finish_binding(key)  # the server may have bound it: wait for the watch
             else:
                 self._cache.forget(key)
@@ -122,6 +122,25 @@ class Binder:
         self._events.record(obj, reason="Scheduled", action="Binding",
                             note=f"Successfully assigned {key} to {p.node}" + _devices(text))
         return True
+
+    def _maybe_bound(self, key: str, obj: Obj, exc: KubeError) -> bool:
+        """Whether a failed bind may have been applied after all.
+
+        No for errors raised before the request left (refused connections). For an error
+        reply (5xx), the server has finished with the request: read the pod and see. For a
+        lost reply (a timeout) the write may still land after any read, so yes: the devices
+        stay assumed until the watch shows the pod, at most the assumption's TTL.
+        """
+        if exc.kind in CLEAN_FAILURES or exc.kind.startswith("HTTP 4"):
+            return False
+        if not exc.kind.startswith("HTTP "):
+            return True
+        try:
+            with api_errors(f"get pod {key}"):
+                current = self._rest.get(pod_url(obj))
+        except KubeError:
+            return True
+        return bool((current.get("spec") or {}).get("nodeName"))
 
     def _call(self, kind: str, what: str, fn: Callable[[], object], *, binding: bool = True) -> None:
         """One request under the QPS budget; retried on 5xx/429/timeouts, never on 409.
@@ -217,11 +236,6 @@ class _Conflict(KubeError):
 
 CLEAN_FAILURES = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout", "UnsupportedProtocol"})
 """Transport errors raised before the request reached the server: it certainly was not applied."""
-
-
-def _ambiguous(exc: KubeError) -> bool:
-    """Whether the server may have applied the request although the call failed (a lost reply)."""
-    return not exc.kind.startswith("HTTP ") and exc.kind not in CLEAN_FAILURES
 
 
 def _devices(text: str) -> str:
