@@ -74,7 +74,6 @@ class Binder:
         self._rest, self._cache, self._bucket, self._retrier = rest, cache, bucket, retrier
         self._events, self._metrics, self._clock = events, metrics, clock
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
-        self.in_flight: set[str] = set()
 
     def close(self) -> None:
         """Wait for the requests in flight; drop those not started."""

@@ -1,0 +1,91 @@
+"""The binder's outcomes: what the cache believes after each kind of reply to a Binding."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import httpx2
+import pytest
+from lightkube.core.exceptions import ApiError
+
+from gpufleet.kube.binder import Binder
+from gpufleet.kube.cache import SchedulerCache
+from gpufleet.kube.events import EventRecorder
+from gpufleet.kube.metrics import Metrics
+from gpufleet.kube.ratelimit import TokenBucket
+from gpufleet.kube.retry import Retrier, RetryPolicy
+from gpufleet.kube import translate
+from gpufleet.model import NodeName, Placement, PodUid
+from gpufleet.model import annotations as ann
+
+from .test_cache import gpu_node
+from .test_translate import pod
+
+
+def api_error(code: int) -> ApiError:
+    req = httpx2.Request("POST", "http://x/binding")
+    return ApiError(request=req, response=httpx2.Response(code, json={"kind": "Status", "code": code, "message": "m"},
+                                                          request=req))
+
+
+class FakeRest:
+    def __init__(self, binding: Callable[[], Any], bound_on_read: bool = False) -> None:
+        self.binding, self.bound_on_read = binding, bound_on_read
+        self.posts: list[tuple[str, dict[str, Any]]] = []
+
+    def post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.posts.append((url, body))
+        if url.endswith("/binding"):
+            result: dict[str, Any] = self.binding()
+            return result
+        return {}
+
+    def get(self, url: str) -> dict[str, Any]:
+        return {"spec": {"nodeName": "n1" if self.bound_on_read else None}}
+
+
+def run(rest: FakeRest) -> tuple[SchedulerCache, bool]:
+    cache = SchedulerCache()
+    cache.upsert_node(gpu_node())
+    p = pod("a", limits={"nvidia.com/gpu": 1})
+    cache.upsert_pod(p)
+    retrier = Retrier(RetryPolicy(attempts=2, first_delay_s=0.0, budget_s=1.0), logging.getLogger("t"),
+                      sleep=lambda s: None)
+    events = EventRecorder(rest, retrier, "me")  # type: ignore[arg-type]
+    binder = Binder(rest, cache, TokenBucket(0, 1), retrier, events, Metrics())  # type: ignore[arg-type]
+    placement = Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920)
+    ok = binder.bind("ns/a", p, placement, translate.node_info(gpu_node()), 0.0).result()
+    binder.close()
+    events.close()
+    return cache, ok
+
+
+def test_a_bind_is_one_binding_carrying_the_assignment() -> None:
+    rest = FakeRest(lambda: {})
+    cache, ok = run(rest)
+    binding = next(b for u, b in rest.posts if u.endswith("/binding"))
+    assert ok and binding["target"] == {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    assert binding["metadata"]["uid"] == "uid-a"
+    a = ann.decode_assignment(binding["metadata"]["annotations"][ann.ASSIGNMENT_ANNOTATION])
+    assert a.node == "n1" and a.gpus == ("GPU-b",) and a.milli == 1000
+    assert cache.assumed_count() == 1 and cache.pending() == []  # until the watch echo
+
+
+@pytest.mark.parametrize(("failure", "bound_on_read", "assumed"), [
+    (lambda: api_error(409), False, True),
+    (lambda: httpx2.ReadTimeout("late"), False, True),
+    (lambda: api_error(500), True, True),
+    (lambda: api_error(500), False, False),
+    (lambda: api_error(403), False, False),
+    (lambda: httpx2.ConnectError("refused"), False, False),
+], ids=["409 already bound: wait for the watch", "a timeout: the write may land, keep the devices",
+        "a 500 but the pod reads back bound: keep", "a 500 and the pod reads back unbound: queue again",
+        "403: queue again", "connection refused: the request never left, queue again"])
+def test_failed_binds(failure: Callable[[], Exception], bound_on_read: bool, assumed: bool) -> None:
+    def fail() -> Any:
+        raise failure()
+    cache, ok = run(FakeRest(fail, bound_on_read))
+    assert not ok
+    assert cache.assumed_count() == (1 if assumed else 0)
+    assert [p.key for p in cache.pending()] == ([] if assumed else ["ns/a"])
