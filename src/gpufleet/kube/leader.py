@@ -1,6 +1,7 @@
 """Leader election on a `coordination.k8s.io/v1` Lease (client-go's leaderelection, reduced).
 
-* Every `retry_period_s` a candidate reads the Lease. It takes the lease when there is none
+* Every `retry_period_s` a candidate reads the Lease (a standby also right when the holder's
+  lease runs out, so the take-over comes within the lease duration of the last renewal). It takes the lease when there is none
   (create), when it holds it already (renew), or when the holder's `renewTime +
   leaseDurationSeconds` is in the past, or the holder is empty (a released lease). Every
   write is a PUT carrying the `resourceVersion` just read, so of two candidates racing for an
@@ -73,12 +74,15 @@ class LeaderElector:
         self._url = path(GROUP_VERSION, "leases", None, settings.namespace)
         self._lease_url = path(GROUP_VERSION, "leases", settings.name, settings.namespace)
         self.transitions_seen = 0
+        self.held_until: float | None = None
+        """When the other holder's lease runs out, as last read (None: not held by another)."""
 
     # -- one attempt ----------------------------------------------------------------------
     def try_acquire_or_renew(self) -> bool:
         """One read-and-write; True if this candidate holds the lease afterwards."""
         now = self._clock()
         s = self.settings
+        self.held_until = None
         try:
             with api_errors(f"get lease {s.namespace}/{s.name}"):
                 lease = self._get()
@@ -93,6 +97,7 @@ class LeaderElector:
                 renewed = parse_time(spec.get("renewTime")) or 0.0
                 duration = float(spec.get("leaseDurationSeconds") or s.lease_duration_s)
                 if renewed + duration >= now:
+                    self.held_until = renewed + duration
                     return False  # held by a live leader
             transitions = int(spec.get("leaseTransitions") or 0)
             mine = holder == self.identity
@@ -147,8 +152,16 @@ class LeaderElector:
                 log.error("%s lost the lease: no renewal for %.1f s", self.identity, now - self._last_renew)
                 self.leading.clear()
                 on_stop()
-            if self._wait(s.retry_period_s):
+            if self._wait(self._next_try(s)):
                 break
+
+    def _next_try(self, s: LeaseSettings) -> float:
+        """The retry period, or less: a standby tries again right when the holder's lease runs
+        out, so it takes over within the lease duration of the leader's last renewal (client-go
+        waits for its next retry, up to a retry period later)."""
+        if self.held_until is None:
+            return s.retry_period_s
+        return max(0.005, min(s.retry_period_s, self.held_until - self._clock() + 0.005))
 
     def stop(self) -> None:
         self._stop.set()

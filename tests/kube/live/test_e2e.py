@@ -5,9 +5,8 @@ assignments that match their nodes and requests, no device overcommitted, a reas
 pod left pending, and no pending pod that one more cycle could still place.
 
 The scheduler runs unthrottled (`--qps 0`) here to keep the suite fast; the 50-QPS budget is
-measured by `bench/e2e.py`. Leader election uses a 4 s lease (3 s renew deadline, 0.5 s retry)
-instead of 15/10/2 s, so that the failover test takes seconds; the take-over bound asserted is
-still the issue's 15 s.
+measured by `bench/e2e.py`. Leader election runs with kube-scheduler's default lease settings
+(15 s / 10 s / 2 s), so the failover test waits out a real 15 s lease.
 """
 
 from __future__ import annotations
@@ -30,8 +29,8 @@ from .harness import (PROFILE, Scheduler, bound, clean_env, create_via_api, gpuf
                       wait_for)
 
 NODES = 200
-LEASE = ("--leader-elect", "--lease-namespace", "kube-system", "--lease-duration", "4", "--renew-deadline", "3",
-         "--retry-period", "0.5")
+LEASE = ("--leader-elect", "--lease-namespace", "kube-system")
+"""kube-scheduler's defaults: 15 s lease, 10 s renew deadline, 2 s retry period."""
 
 
 @pytest.fixture
@@ -134,15 +133,17 @@ def test_two_replicas_only_the_leader_binds_and_the_other_takes_over(cluster: An
         wait_for(lambda: leader.metric("gpufleet_binds_total") == n_bound, 5, "the leader to count its binds")
         assert standby.metric("gpufleet_binds_total") == 0
         leader.kill()
-        killed = time.monotonic()
-        took = wait_for(standby.leading, 15, "the standby to take over")
+        took = wait_for(standby.leading, 20, "the standby to take over", interval_s=0.05)
         create_via_api(srv, later_pods)
         wait_for(lambda: settled(srv), 60, "the later pods settled", interval_s=0.5)
         lease = srv.get("leases", "gpufleet-scheduler", "kube-system")
         assert lease is not None and lease["spec"]["holderIdentity"] == standby.name
         assert lease["spec"]["leaseTransitions"] >= 1
         assert standby.metric("gpufleet_binds_total") > 0
-        assert time.monotonic() - killed < 30 and took < 15
+        print(f"standby took over {took:.2f} s after the leader was killed")
+        # The lease runs 15 s from the leader's last renewal (every 2 s), and the standby tries
+        # again right when it runs out: 13-15 s after the kill, plus this loop's 50 ms polling.
+        assert took < 15.1, f"the standby took {took:.2f} s to take over"
         assert standby.terminate() == 0  # SIGTERM: clean exit, lease released
         lease = srv.get("leases", "gpufleet-scheduler", "kube-system")
         assert lease is not None and not lease["spec"].get("holderIdentity")

@@ -158,3 +158,22 @@ def test_the_leader_steps_down_when_renewals_fail_past_the_deadline() -> None:
 def test_settings_must_be_ordered() -> None:
     with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
         LeaseSettings(lease_duration_s=5, renew_deadline_s=10)
+
+
+def test_a_standby_tries_again_right_when_the_lease_runs_out() -> None:
+    store, clock = LeaseStore(), Clock()
+    a = elector(store, clock, "a")
+    a.try_acquire_or_renew()
+    waits: list[float] = []
+
+    def wait(seconds: float) -> bool:
+        waits.append(seconds)
+        clock.now += seconds
+        return store.lease is not None and store.lease["spec"]["holderIdentity"] == "b"
+
+    clock.now += 14.0  # a renewed 14 s ago and then died
+    b = LeaderElector(store, "b", SETTINGS, clock=clock, wait=wait)  # type: ignore[arg-type]
+    took_over: list[float] = []
+    b.run(lambda: took_over.append(clock.now), lambda: None)
+    assert waits[0] == pytest.approx(1.005)  # not the 2 s retry period
+    assert took_over[0] - 1_700_000_000.0 <= 15.01  # within the lease duration of a's last renewal
