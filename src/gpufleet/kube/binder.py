@@ -213,15 +213,19 @@ class Binder:
             return True
         return False
 
-    # -- pod groups -------------------------------------------------------------------------
+    # -- PodGroup and Queue status ----------------------------------------------------------
     def group_status(self, namespace: str, name: str, status: dict[str, Any]) -> Future[bool]:
-        return self._pool.submit(self._group_status, namespace, name, status)
-
-    def _group_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
         url = path("scheduling.x-k8s.io/v1alpha1", "podgroups", name, namespace, "status")
+        return self._pool.submit(self._status_patch, "update podgroup status", f"podgroup {namespace}/{name}",
+                                 url, status)
+
+    def queue_status(self, name: str, status: dict[str, Any]) -> Future[bool]:
+        url = path("gpufleet.io/v1alpha1", "queues", name, None, "status")
+        return self._pool.submit(self._status_patch, "update queue status", f"queue {name}", url, status)
+
+    def _status_patch(self, kind: str, what: str, url: str, status: dict[str, Any]) -> bool:
         try:
-            self._call("update podgroup status", f"update status of podgroup {namespace}/{name}",
-                       lambda: self._rest.patch(url, {"status": status}))
+            self._call(kind, f"update status of {what}", lambda: self._rest.patch(url, {"status": status}))
             return True
         except (_Conflict, KubeError):
             return False

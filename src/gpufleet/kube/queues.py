@@ -13,6 +13,9 @@ from its own history, this module from what a live scheduler can observe:
   runs of a job (its pods are new objects), so a restarted job starts again from 0;
 * `evicted_at`: when this process evicted a pod (the per-hour preemption cap). Not
   persisted: after a restart the cap starts afresh.
+
+`queue_status` is what the scheduler writes into each Queue's `status` (allocated, fair
+share, pending pods), so `kubectl get queue -o yaml` shows where a team stands.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import math
 from types import MappingProxyType
 from typing import Sequence
 
+from gpufleet.core.fairshare import fair_shares
+from gpufleet.core.quota import QueueBook
 from gpufleet.core.queued import QueueContext
 from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.model import ClusterSnapshot, ModelError, PodSpec, PodUid, Queue, QueueTree
@@ -50,6 +55,10 @@ class QueueState:
 
     def evicted(self, pod: PodUid, now: float) -> None:
         self.evicted_at[pod] = (*[t for t in self.evicted_at.get(pod, ()) if now - t < 3600.0], now)
+
+    def tree(self, queues: Sequence[Queue]) -> QueueTree:
+        """The validated tree of `queues` (the default queue alone if they do not form one)."""
+        return self._tree(queues)
 
     def _tree(self, queues: Sequence[Queue]) -> QueueTree:
         try:
@@ -87,3 +96,27 @@ class QueueState:
                 by_group[p.pod_group] = (by_group.get(p.pod_group, 0.0)
                                          + len(p.gpus) * p.milli / 1000 * max(0.0, now - p.started_s))
         return {pod.uid: by_group.get(pod.pod_group, 0.0) for pod in pending if pod.pod_group}
+
+
+def queue_status(tree: QueueTree, snapshot: ClusterSnapshot, pending: Sequence[PodSpec]
+                 ) -> dict[str, dict[str, object]]:
+    """Per queue: what it holds, its fair share (held plus asked, as the core computes it) and
+    how many pods wait in it or below it, in the Queue CR's status shape (quantities)."""
+    book = QueueBook(tree, snapshot.cluster)
+    book.load(snapshot.placements.values())
+    want = book.alloc.copy()
+    waiting = [0] * len(book.names)
+    for pod in pending:
+        q = book.queue_of(pod.queue)
+        want[q] += book.pod_vector(pod)
+        for a in book.up[q]:
+            waiting[a] += 1
+    fair = fair_shares(book, want)
+    return {name: {"allocated": _quantities(book.alloc[i]), "fairShare": _quantities(fair[i]),
+                   "pending": waiting[i]}
+            for i, name in enumerate(book.names)}
+
+
+def _quantities(row: Sequence[float]) -> dict[str, str]:
+    return {"cpu": f"{int(round(row[0]))}m", "memory": f"{int(round(row[1]))}Mi",
+            "nvidia.com/gpu": f"{int(round(row[2]))}m"}

@@ -42,7 +42,7 @@ from gpufleet.kube.events import EventRecorder
 from gpufleet.kube.informer import Handler, Informer
 from gpufleet.kube.leader import LeaderElector, LeaseSettings
 from gpufleet.kube.metrics import Metrics
-from gpufleet.kube.queues import QueueState
+from gpufleet.kube.queues import QueueState, queue_status
 from gpufleet.kube.ratelimit import TokenBucket
 from gpufleet.kube.rest import Rest, path
 from gpufleet.kube.retry import Retrier, RetryPolicy
@@ -106,6 +106,7 @@ class SchedulerService:
         self._written: dict[str, tuple[str, float]] = {}
         """Pod key -> the reason/message last written, so an unchanged condition is not rewritten."""
         self._groups_written: dict[str, Mapping[str, Any]] = {}
+        self._queues_written: dict[str, Mapping[str, object]] = {}
         self._first_seen: dict[str, float] = {}
         self._last_gauges = 0.0
         self._lost = threading.Event()
@@ -242,7 +243,9 @@ class SchedulerService:
             self._forget_gone(pending)
             self._pending_gauge(pending)
             self._groups()
-            self._gauges(snapshot or self.cache.snapshot(), specs)
+            snapshot = snapshot or self.cache.snapshot()
+            self._gauges(snapshot, specs)
+            self._queues(snapshot, specs)
 
     def _report(self, p: Pending, message: str, reason: str, nominated: str | None = None) -> None:
         marker = f"{reason}\n{message}\n{nominated or ''}"
@@ -337,6 +340,18 @@ class SchedulerService:
                     status = {**status, "scheduleStartTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
                 self._groups_written[key] = {k: v for k, v in status.items() if k != "scheduleStartTime"}
                 self.binder.group_status(group.namespace, group.name, status)
+
+    def _queues(self, snapshot: ClusterSnapshot, specs: list[PodSpec]) -> None:
+        """Each Queue's status (allocated, fairShare, pending), written when it changed."""
+        queues = self.cache.queues()
+        if not queues or not snapshot.cluster.n_nodes:
+            return
+        tree = self.queue_state.tree(queues)
+        for name, status in queue_status(tree, snapshot, specs).items():
+            if name in tree.queues and any(q.name == name for q in queues) \
+                    and self._queues_written.get(name) != status:
+                self._queues_written[name] = status
+                self.binder.queue_status(name, dict(status))
 
     def _forget_gone(self, pending: list[Pending]) -> None:
         """Drop what is remembered of pods no longer pending (deleted, or bound by someone else)."""

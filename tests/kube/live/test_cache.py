@@ -146,3 +146,21 @@ def test_terminal_pods_free_their_devices() -> None:
     p["status"] = {"phase": "Succeeded"}
     cache.upsert_pod(p)
     assert cache.snapshot().placements == {}
+
+
+def test_queue_status_reports_held_fair_and_waiting() -> None:
+    from gpufleet.kube.queues import queue_status
+    from gpufleet.model import Queue, QueueTree
+
+    n = gpu_node()
+    cache = SchedulerCache()
+    cache.upsert_node(n)
+    held = bound(pod("a", limits={"nvidia.com/gpu": 1}, labels={"gpufleet.io/queue": "team"}),
+                 Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920), n)
+    cache.upsert_pod(held)
+    cache.upsert_pod(pod("b", limits={"nvidia.com/gpu": 1}, labels={"gpufleet.io/queue": "team"}))
+    tree = QueueTree.build([Queue("team", guaranteed={"gpu": 1000})])
+    status = queue_status(tree, cache.snapshot(), [p.spec for p in cache.pending() if p.spec])
+    assert status["team"] == {"allocated": {"cpu": "0m", "memory": "0Mi", "nvidia.com/gpu": "1000m"},
+                              "fairShare": {"cpu": "0m", "memory": "0Mi", "nvidia.com/gpu": "2000m"},
+                              "pending": 1}

@@ -78,6 +78,8 @@ def test_2000_pods_kill_9_and_restart_no_double_binding_no_overcommit(cluster: A
         wait_for(lambda: settled(srv), 60, "every pod bound or marked Unschedulable", interval_s=0.5)
         wait_for(lambda: all((g.get("status") or {}).get("phase") for g in srv.list("podgroups")), 10,
                  "every PodGroup to have a phase")
+        wait_for(lambda: all((q.get("status") or {}).get("allocated") for q in srv.list("queues")), 10,
+                 "every Queue to show its allocation")
         _, metrics = second.get("/metrics")
         assert re.search(r'gpufleet_pending_pods\{queue="team-a",reason="Unschedulable"\} [1-9]', metrics)
         assert re.search(r'gpufleet_pending_pods\{queue="default",reason="InvalidRequest"\} 3', metrics)
@@ -102,6 +104,10 @@ def test_2000_pods_kill_9_and_restart_no_double_binding_no_overcommit(cluster: A
     assert all(re.match(r"0/200 nodes are available: |pod group |pod default/bad-",
                         next(c["message"] for c in p["status"]["conditions"] if c["type"] == "PodScheduled"))
                for p in unschedulable)
+    queues = {q["metadata"]["name"]: q["status"] for q in srv.list("queues")}
+    team_a = queues["team-a"]
+    assert team_a["pending"] > 0 and team_a["allocated"]["nvidia.com/gpu"] != "0m"
+    assert team_a["fairShare"]["nvidia.com/gpu"].endswith("m")
     events = srv.list("events")
     reasons: dict[str, int] = {}
     failed_per_pod: dict[str, int] = {}
