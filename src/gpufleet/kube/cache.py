@@ -51,6 +51,9 @@ class Pending:
     spec: PodSpec | None
     error: str = ""
     gated: bool = False
+    seen: float = 0.0
+    """When the pod was created, on this process's monotonic clock: when its watch event
+    arrived, or for pods found by a list, estimated from `creationTimestamp`."""
 
 
 @dataclass(slots=True)
@@ -68,6 +71,7 @@ class _Assumed:
     placement: Placement
     obj: Obj
     """The pod as last seen, to queue it again if the assumption is dropped."""
+    seen: float
     expires: float | None = None
     """None while the bind is in flight; set when the bind call returned."""
 
@@ -150,10 +154,11 @@ class SchedulerCache:
                 self._bound[key] = self._make_bound(key, b.obj, b.spec)
 
     # -- pods -------------------------------------------------------------------------------
-    def upsert_pod(self, obj: Obj) -> None:
+    def upsert_pod(self, obj: Obj, *, listed: bool = False) -> None:
         key = translate.key_of(obj)
         with self._cond:
-            self._pending.pop(key, None)
+            before = self._pending.pop(key, None)
+            seen = before.seen if before is not None else self._seen(obj, listed)
             self._bound.pop(key, None)
             m = translate.meta(obj)
             if translate.is_terminal(obj):
@@ -172,7 +177,7 @@ class SchedulerCache:
             elif m.get("deletionTimestamp"):
                 pass  # being deleted before it was bound: nothing to schedule
             elif (obj.get("spec") or {}).get("schedulerName") == self.scheduler_name:
-                self._pending[key] = self._make_pending(key, obj)
+                self._pending[key] = self._make_pending(key, obj, seen)
             self._changed()
 
     def delete_pod(self, obj: Obj) -> None:
@@ -191,15 +196,22 @@ class SchedulerCache:
                 for k in [k for k in d if k not in keys]:
                     del d[k]
         for o in objs:
-            self.upsert_pod(o)
+            self.upsert_pod(o, listed=True)
 
-    def _make_pending(self, key: str, obj: Obj) -> Pending:
+    def _seen(self, obj: Obj, listed: bool) -> float:
+        now = self._clock()
+        created = translate.created_s(obj)
+        if not listed or not created:
+            return now
+        return now - max(0.0, time.time() - created)
+
+    def _make_pending(self, key: str, obj: Obj, seen: float) -> Pending:
         if translate.scheduling_gated(obj):
-            return Pending(key, obj, None, "", gated=True)
+            return Pending(key, obj, None, "", gated=True, seen=seen)
         try:
-            return Pending(key, obj, translate.pod_spec(obj))
+            return Pending(key, obj, translate.pod_spec(obj), seen=seen)
         except ModelError as exc:
-            return Pending(key, obj, None, str(exc))
+            return Pending(key, obj, None, str(exc), seen=seen)
 
     def _lenient_spec(self, obj: Obj) -> PodSpec:
         """A bound pod's spec; a request the scheduler would reject still holds its CPU and memory."""
@@ -278,7 +290,7 @@ class SchedulerCache:
         with self._cond:
             pending = self._pending.pop(key, None)
             obj = pending.obj if pending is not None else {}
-            self._assumed[key] = _Assumed(placement, obj)
+            self._assumed[key] = _Assumed(placement, obj, pending.seen if pending is not None else self._clock())
             self._changed()
 
     def finish_binding(self, key: str) -> None:
@@ -299,7 +311,7 @@ class SchedulerCache:
 
     def _requeue(self, key: str, a: _Assumed) -> None:
         if a.obj and key not in self._bound and not translate.node_name(a.obj):
-            self._pending[key] = self._make_pending(key, a.obj)
+            self._pending[key] = self._make_pending(key, a.obj, a.seen)
 
     def assumed_count(self) -> int:
         with self._cond:

@@ -4,7 +4,7 @@
 |---|---|---|---|
 | gpufleet_pending_pods | gauge | queue, reason | pods waiting: Unschedulable, SchedulingGated, InvalidRequest, Binding |
 | gpufleet_schedule_attempts_total | counter | result | scheduled, unschedulable, error (per pod per cycle) |
-| gpufleet_e2e_scheduling_duration_seconds | histogram | | first seen by this process to bound (the Binding returned) |
+| gpufleet_e2e_scheduling_duration_seconds | histogram | | pod created (its watch event; `creationTimestamp` for pods found by a list) to its Binding returned |
 | gpufleet_bind_errors_total | counter | reason | failed annotation patches or Bindings by HTTP status or error kind |
 | gpufleet_binds_total | counter | | successful Bindings |
 | gpufleet_gpu_allocation_ratio | gauge | | allocated GPU-milli / GPU-milli of all GPUs |
@@ -32,7 +32,7 @@ class Metrics:
                              ["queue", "reason"], registry=r)
         self.attempts = Counter("gpufleet_schedule_attempts", "Scheduling attempts by result", ["result"], registry=r)
         self.e2e = Histogram("gpufleet_e2e_scheduling_duration_seconds",
-                             "From the pod first seen to its Binding returned", buckets=LATENCY_BUCKETS, registry=r)
+                             "From the pod's creation (as its watch event arrived) to its Binding returned", buckets=LATENCY_BUCKETS, registry=r)
         self.bind_errors = Counter("gpufleet_bind_errors", "Failed binds by reason", ["reason"], registry=r)
         self.binds = Counter("gpufleet_binds", "Successful Bindings", registry=r)
         self.allocation = Gauge("gpufleet_gpu_allocation_ratio", "Allocated GPU share of all GPUs", registry=r)

@@ -107,7 +107,6 @@ class SchedulerService:
         """Pod key -> the reason/message last written, so an unchanged condition is not rewritten."""
         self._groups_written: dict[str, Mapping[str, Any]] = {}
         self._queues_written: dict[str, Mapping[str, object]] = {}
-        self._first_seen: dict[str, float] = {}
         self._last_gauges = 0.0
         self._lost = threading.Event()
         self.queue_state = QueueState(profile.queueing)
@@ -201,11 +200,9 @@ class SchedulerService:
         """One scheduling cycle (see the module docstring)."""
         started = time.monotonic()
         pending = self.cache.pending()
-        now = time.monotonic()
         specs: list[PodSpec] = []
         by_uid: dict[PodUid, Pending] = {}
         for p in pending:
-            self._first_seen.setdefault(p.key, now)
             if p.gated:
                 self._report(p, GATED_MESSAGE, "SchedulingGated")
             elif p.spec is None:
@@ -226,8 +223,7 @@ class SchedulerService:
             for placement in result.binds:
                 pod = by_uid[placement.pod]
                 self._written.pop(pod.key, None)
-                self.binder.bind(pod.key, pod.obj, placement, nodes[placement.node],
-                                 self._first_seen.pop(pod.key, now))
+                self.binder.bind(pod.key, pod.obj, placement, nodes[placement.node], pod.seen)
             self.metrics.attempts.labels("scheduled").inc(len(result.binds))
             for uid, status in result.unschedulable.items():
                 self._report(by_uid[uid], status.message or "no reason given", UNSCHEDULABLE)
@@ -356,9 +352,8 @@ class SchedulerService:
     def _forget_gone(self, pending: list[Pending]) -> None:
         """Drop what is remembered of pods no longer pending (deleted, or bound by someone else)."""
         keys = {p.key for p in pending}
-        for memo in (self._written, self._first_seen):
-            for key in [k for k in memo if k not in keys]:
-                del memo[key]
+        for key in [k for k in self._written if k not in keys]:
+            del self._written[key]
 
     def _pending_gauge(self, pending: list[Pending]) -> None:
         counts: dict[tuple[str, str], int] = {}
