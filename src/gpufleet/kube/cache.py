@@ -192,7 +192,8 @@ class SchedulerCache:
         objs = list(objs)
         keys = {translate.key_of(o) for o in objs}
         with self._cond:
-            for d in (self._pending, self._bound):
+            gone: list[dict[str, Any]] = [self._pending, self._bound, self._assumed, self._finished]
+            for d in gone:  # deleted while we were not watching
                 for k in [k for k in d if k not in keys]:
                     del d[k]
         for o in objs:
