@@ -93,6 +93,11 @@ def test_2000_pods_kill_9_and_restart_no_double_binding_no_overcommit(cluster: A
     assert {k: after.get(k) for k in before} == before, "a pod bound before the kill moved"
     twice = {path: n for path, n in successful_bindings(srv).items() if n > 1}
     assert twice == {}, "pods bound twice"
+    print(f"{len(before)} bound before the kill, {len(after)} bound in the end, {len(final) - len(after)} pending")
+    kinds = {translate.pod_spec(p).gpu.kind.value for p in final if p["spec"].get("nodeName")}
+    assert kinds == {"whole", "fraction", "mig", "none"}
+    assert any(p["spec"].get("nodeName") and translate.POD_GROUP_LABEL in p["metadata"].get("labels", {})
+               for p in final), "no gang was placed"
     assert len(after) > 700 and len(final) - len(after) > 100  # the mix leaves pods on both sides
     by_name = {p["metadata"]["name"]: p for p in final}
     messages = {name: next(c["message"] for c in by_name[name]["status"]["conditions"] if c["type"] == "PodScheduled")
