@@ -155,12 +155,16 @@ class SchedulerCache:
 
     # -- pods -------------------------------------------------------------------------------
     def upsert_pod(self, obj: Obj, *, listed: bool = False) -> None:
+        """Add or update a pod. A cycle is woken only when the update can change a decision:
+        a pending pod that is new or asks differently, capacity that frees up, a new holding.
+        A bound pod turning Running, or our own condition on a pending pod echoing back, does not."""
         key = translate.key_of(obj)
         with self._cond:
             before = self._pending.pop(key, None)
             seen = before.seen if before is not None else self._seen(obj, listed)
-            self._bound.pop(key, None)
+            held = self._bound.pop(key, None)
             m = translate.meta(obj)
+            relevant = True
             if translate.is_terminal(obj):
                 self._assumed.pop(key, None)
                 group = (m.get("labels") or {}).get(translate.POD_GROUP_LABEL)
@@ -170,15 +174,24 @@ class SchedulerCache:
             elif translate.node_name(obj):
                 # Bound, and holding its devices until it is gone: a terminating pod (an
                 # evicted victim in its grace period) still runs.
-                self._bound[key] = self._make_bound(key, obj, self._lenient_spec(obj))
-                self._assumed.pop(key, None)  # the echo: the bound pod's own placement takes over
+                now_held = self._make_bound(key, obj, self._lenient_spec(obj))
+                self._bound[key] = now_held
+                echo = self._assumed.pop(key, None)  # the echo: the bound pod's own placement takes over
+                relevant = held is None or held.placement != now_held.placement or echo is not None
             elif key in self._assumed:
                 self._assumed[key].obj = obj  # still binding: not offered to another cycle
+                relevant = False
             elif m.get("deletionTimestamp"):
                 pass  # being deleted before it was bound: nothing to schedule
             elif (obj.get("spec") or {}).get("schedulerName") == self.scheduler_name:
-                self._pending[key] = self._make_pending(key, obj, seen)
-            self._changed()
+                now_pending = self._make_pending(key, obj, seen)
+                self._pending[key] = now_pending
+                relevant = before is None or (before.spec, before.error, before.gated) != (
+                    now_pending.spec, now_pending.error, now_pending.gated)
+            else:
+                relevant = False  # another scheduler's pending pod
+            if relevant:
+                self._changed()
 
     def delete_pod(self, obj: Obj) -> None:
         key = translate.key_of(obj)

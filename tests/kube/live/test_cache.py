@@ -164,3 +164,24 @@ def test_queue_status_reports_held_fair_and_waiting() -> None:
     assert status["team"] == {"allocated": {"cpu": "0m", "memory": "0Mi", "nvidia.com/gpu": "1000m"},
                               "fairShare": {"cpu": "0m", "memory": "0Mi", "nvidia.com/gpu": "2000m"},
                               "pending": 1}
+
+
+def test_only_updates_that_can_change_a_decision_wake_a_cycle() -> None:
+    n = gpu_node()
+    cache = SchedulerCache()
+    cache.upsert_node(n)
+    p = pod("a", limits={"nvidia.com/gpu": 1})
+    cache.upsert_pod(p)
+    v = cache.version
+    p["status"] = {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    cache.upsert_pod(p)  # our own condition echoing back
+    assert cache.version == v
+    running = bound(pod("b", limits={"nvidia.com/gpu": 1}), Placement(PodUid("uid-b"), NodeName("n1"), 0, 0, (1,), 1000, 81920), n)
+    cache.upsert_pod(running)
+    v = cache.version
+    running["status"] = {"phase": "Running", "startTime": running["metadata"]["creationTimestamp"]}
+    cache.upsert_pod(running)  # the kubelet started it: it holds the same devices
+    assert cache.version == v
+    running["status"] = {"phase": "Succeeded"}
+    cache.upsert_pod(running)  # capacity freed
+    assert cache.version > v
