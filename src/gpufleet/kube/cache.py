@@ -177,7 +177,7 @@ class SchedulerCache:
                 now_held = self._make_bound(key, obj, self._lenient_spec(obj))
                 self._bound[key] = now_held
                 echo = self._assumed.pop(key, None)  # the echo: the bound pod's own placement takes over
-                relevant = held is None or held.placement != now_held.placement or echo is not None
+                relevant = held is None or not _same_holding(held.placement, now_held.placement) or echo is not None
             elif key in self._assumed:
                 self._assumed[key].obj = obj  # still binding: not offered to another cycle
                 relevant = False
@@ -401,6 +401,13 @@ class SchedulerCache:
         if key not in self._bad:
             self._bad.add(key)
             log.warning("%s", message)
+
+
+def _same_holding(a: Placement | None, b: Placement | None) -> bool:
+    """The same devices and resources (the start time, set when the pod starts, aside)."""
+    if a is None or b is None:
+        return a is b
+    return dataclasses.replace(a, started_s=0.0) == dataclasses.replace(b, started_s=0.0)
 
 
 def _claim_devices(cluster: Cluster, usage: Usage, p: Placement, spec: PodSpec) -> Placement:

@@ -179,7 +179,7 @@ def test_only_updates_that_can_change_a_decision_wake_a_cycle() -> None:
     running = bound(pod("b", limits={"nvidia.com/gpu": 1}), Placement(PodUid("uid-b"), NodeName("n1"), 0, 0, (1,), 1000, 81920), n)
     cache.upsert_pod(running)
     v = cache.version
-    running["status"] = {"phase": "Running", "startTime": running["metadata"]["creationTimestamp"]}
+    running["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:05Z"}
     cache.upsert_pod(running)  # the kubelet started it: it holds the same devices
     assert cache.version == v
     running["status"] = {"phase": "Succeeded"}
