@@ -60,6 +60,8 @@ class _Preemptor:
         self.cycle, self.book, self.fair, self.ctx, self.cfg, self.held = cycle, book, fair, ctx, cfg, held
         now = cycle.state.now
         self.evicted: set[PodUid] = set()
+        self.hopeless: dict[tuple[object, ...], int] = {}
+        """Units that found no room, by shape, queue and priority, with the cycle's epoch then."""
         self.by_queue: dict[int, list[Placement]] = {}
         self.groups: dict[str, list[Placement]] = {}
         for p in cycle.snapshot.placements.values():
@@ -135,11 +137,10 @@ class _Preemptor:
         index = cycle.view.cluster.index
         usage = cycle.view.usage.copy()
         count = np.zeros(cycle.view.cluster.n_nodes, dtype=np.int64)
-        for unit in units:
-            for p in unit:
-                i = index[p.node]
-                usage.place(p, i, sign=-1)
-                count[i] += 1
+        pairs = [(p, index[p.node]) for unit in units for p in unit]
+        usage.place_all(pairs, sign=-1)
+        for _, i in pairs:
+            count[i] += 1
         feasible = cycle.feasible_under(pod, usage)
         feasible = feasible[count[feasible] > 0]
         if len(feasible) == 0:
@@ -162,20 +163,16 @@ class _Preemptor:
         cycle = self.cycle
         index = cycle.view.cluster.index
         usage = cycle.view.usage.copy()
-        for unit in here:
-            for p in unit:
-                usage.place(p, index[p.node], sign=-1)
+        usage.place_all(((p, index[p.node]) for unit in here for p in unit), sign=-1)
         if not cycle.fits(pod, node, usage):
             return None
         important_first = sorted(here, key=lambda u: (self._is_extra(u), -max(p.priority for p in u),
                                                       min(p.started_s for p in u)))
         victims: list[VictimUnit] = []
         for unit in important_first:
-            for p in unit:
-                usage.place(p, index[p.node])
+            usage.place_all((p, index[p.node]) for p in unit)
             if not cycle.fits(pod, node, usage):
-                for p in unit:
-                    usage.place(p, index[p.node], sign=-1)
+                usage.place_all(((p, index[p.node]) for p in unit), sign=-1)
                 victims.append(unit)
         return victims
 
@@ -222,6 +219,7 @@ def run(cycle: _Cycle, book: QueueBook, fair: F64, ctx: QueueContext, cfg: Queue
 
 
 def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
+    from gpufleet.core.cycle import constraint_key
     from gpufleet.core.queued import node_mask
     cycle, book = pre.cycle, pre.book
     q = book.queue_of(unit[0].queue)
@@ -230,6 +228,10 @@ def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
     group = cycle.snapshot.pod_groups.get(unit[0].pod_group or "")
     need = len(unit) if unit[0].pod_group is None or group is None else group.min_member - cycle.running_members(
         unit[0].pod_group)
+    key = (constraint_key(unit[0]), len(unit), need, q, unit[0].priority,
+           pre.ctx.attained_gpu_s.get(unit[0].uid, 0.0) if pre.cfg.order == "las" else 0.0)
+    if pre.hopeless.get(key) == cycle.epoch:
+        return  # an identical unit found no room this cycle, and nothing was evicted since
     total = sum((book.pod_vector(p) for p in unit), np.zeros(len(book.dims)))
     if book.over_limit(q, total * (max(need, 1) / len(unit))) is not None:
         return
@@ -255,6 +257,7 @@ def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
         placed.append(fitted)
     if len(placed) < max(need, 1) or not journal.evicted:
         pre.undo(journal)
+        pre.hopeless[key] = cycle.epoch
         return
     for pod, placement in journal.placed:
         cycle.unschedulable.pop(pod.uid, None)

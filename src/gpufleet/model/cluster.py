@@ -10,7 +10,7 @@ whole GPUs, largest free fraction, free MIG slices per profile) that filters rea
 from __future__ import annotations
 
 import itertools
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -195,7 +195,16 @@ class Usage:
         self.version[i] = next(_STAMPS)
 
     # -- mutation -------------------------------------------------------------------------
-    def place(self, p: Placement, i: int, sign: int = 1) -> None:
+    def place_all(self, items: Iterable[tuple[Placement, int]], sign: int = 1) -> None:
+        """`place` for many (placement, node index) pairs, refreshing each touched node once."""
+        touched: set[int] = set()
+        for p, i in items:
+            self.place(p, i, sign, refresh=False)
+            touched.add(i)
+        for i in touched:
+            self.refresh_row(i)
+
+    def place(self, p: Placement, i: int, sign: int = 1, *, refresh: bool = True) -> None:
         """Add (sign=1) or remove (sign=-1) a placement's holdings on node index i."""
         self.free_cpu[i] -= sign * p.cpu_milli
         self.free_mem[i] -= sign * p.mem_mib
@@ -209,7 +218,8 @@ class Usage:
         k = gpu_class(p)
         if k >= 0:
             self.class_pods[i, k] += sign
-        self.refresh_row(i)
+        if refresh:
+            self.refresh_row(i)
 
     def set_health(self, i: int, gpu: int, healthy: bool) -> None:
         self.gpu_healthy[i, gpu] = healthy
