@@ -262,3 +262,18 @@ def test_kubectl_describe_shows_why_a_pod_waits_and_where_one_runs(tmp_path: Pat
     assert re.search(r"Warning\s+FailedScheduling\s+.*0/3 nodes are available: 3 Insufficient GPU\.", big)
     assert re.search(r"Normal\s+Scheduled\s+.*Successfully assigned default/small to gpu-node-\d+ \(GPUs GPU-", small)
     assert "gpufleet.io/gpu-assignment" in small
+
+
+def test_patch_then_bind_at_the_default_budget(cluster: Any, tmp_path: Path) -> None:
+    """`--assign-with patch` (annotation first, then the Binding) under the default 50 QPS."""
+    srv, kubeconfig, nodes = cluster
+    pods, _ = workload.pod_manifests(nodes, 60, seed=9, prefix="q")
+    with Scheduler(kubeconfig, tmp_path / "scheduler.log", "--assign-with", "patch") as s:
+        wait_for(s.ready, 30, "the scheduler")
+        create_via_api(srv, pods)
+        wait_for(lambda: settled(srv), 60, "every pod bound or marked Unschedulable", interval_s=0.5)
+        assert s.terminate() == 0
+    final = gpufleet_pods(srv)
+    assert len(bound(final)) > 30 and workload.check_assignments(final, srv.list("nodes")) == []
+    patches = [r for r in srv.requests if r.method == "PATCH" and re.search(r"/pods/[^/]+$", r.path)]
+    assert len(patches) >= len(bound(final))
