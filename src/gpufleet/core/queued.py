@@ -67,7 +67,7 @@ def run(cycle: _Cycle, pending: Sequence[PodSpec], cfg: QueueingConfig, ctx: Que
     key = _unit_key(cfg, ctx)
     units = ordering.order(pending, key)
     want = book.alloc.copy()
-    _add_demand(book, want, pending)
+    add_demand(book, want, pending)
     fair = fair_shares(book, want)
     bound = cfg.starvation_bound_seconds
     starving = [u for u in units if bound > 0 and now - u[0].created_s >= bound]
@@ -92,7 +92,7 @@ def _sequence(cfg: QueueingConfig, book: QueueBook, ctx: QueueContext, starving:
     return _FairPicker(book, ctx, starving, rest)
 
 
-def _add_demand(book: QueueBook, want: F64, pending: Sequence[PodSpec]) -> None:
+def add_demand(book: QueueBook, want: F64, pending: Sequence[PodSpec]) -> None:
     """Add what pending pods ask to their queues' rows (a GPU model only when the pod allows one)."""
     totals: dict[tuple[int, int], list[int]] = {}
     models = {m: k for k, m in enumerate(book.cluster.models)}

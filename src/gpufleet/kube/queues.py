@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Sequence
 
 from gpufleet.core.fairshare import fair_shares
+from gpufleet.core.queued import add_demand
 from gpufleet.core.quota import QueueBook
 from gpufleet.core.queued import QueueContext
 from gpufleet.framework.queueing import QueueingConfig
@@ -105,11 +106,10 @@ def queue_status(tree: QueueTree, snapshot: ClusterSnapshot, pending: Sequence[P
     book = QueueBook(tree, snapshot.cluster)
     book.load(snapshot.placements.values())
     want = book.alloc.copy()
+    add_demand(book, want, pending)
     waiting = [0] * len(book.names)
     for pod in pending:
-        q = book.queue_of(pod.queue)
-        want[q] += book.pod_vector(pod)
-        for a in book.up[q]:
+        for a in book.up[book.queue_of(pod.queue)]:
             waiting[a] += 1
     fair = fair_shares(book, want)
     return {name: {"allocated": _quantities(book.alloc[i]), "fairShare": _quantities(fair[i]),
