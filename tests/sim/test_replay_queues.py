@@ -35,6 +35,9 @@ def test_a_preempted_job_loses_its_work_restarts_and_still_finishes() -> None:
     assert summary["preemptions"] == 1.0
     assert summary["gpu_hours_lost"] * 3600 == 2 * 10.0
     assert result.records[0].preempted == 1 and conserved(result)
+    # both GPUs were held all along, but the first 10 s of the low job were thrown away
+    assert summary["gpu_allocation"] == 1.0
+    assert summary["gpu_utilisation"] == 1.0 - 20.0 / (2 * 115.0)
 
 
 def test_without_preemption_the_high_priority_job_waits() -> None:

@@ -9,13 +9,15 @@
      the driver, if it reports one) goes next; within a leaf queue, priority then age;
      shares are updated after every placement, so queues interleave;
    - las: least attained service first (Tiresias' discretised levels), then age.
-   Units that have waited longer than `starvationBoundSeconds` go before all others.
+   The oldest unit that has waited longer than `starvationBoundSeconds` goes before all others.
 3. Limits: a unit that would take its queue (or an ancestor) past a limit stays pending
    with a message naming the queue and the limit; per-model limits mask nodes of that model.
-4. Starvation: the first over-bound unit that does not fit has nodes held for it — the
-   nodes with the most free GPUs that could host it — and nothing else starts on them in
-   this cycle. Freed capacity accumulates there, so its wait is bounded by the runtime of
-   what already runs on them. Work elsewhere continues (backfill that cannot delay it).
+4. Starvation: the head of the line — the oldest unit that has waited longer than the
+   bound — is placed first; if it does not fit, the nodes with the most free GPUs that could
+   host it are held for it and nothing else starts on them in this cycle. Freed capacity
+   accumulates there, so its wait is bounded by the runtime of what already runs on them.
+   Work elsewhere continues (backfill that cannot delay it), and every other unit keeps
+   its place in the fair order, so one starving gang does not turn the queue into FIFO.
 5. Preemption and reclaim (`core.preemption`) for the units still pending.
 """
 
@@ -70,9 +72,10 @@ def run(cycle: _Cycle, pending: Sequence[PodSpec], cfg: QueueingConfig, ctx: Que
     add_demand(book, want, pending)
     fair = fair_shares(book, want)
     bound = cfg.starvation_bound_seconds
-    starving = [u for u in units if bound > 0 and now - u[0].created_s >= bound]
-    rest = [u for u in units if not (bound > 0 and now - u[0].created_s >= bound)]
-    starving.sort(key=lambda u: (u[0].created_s, u[0].uid))
+    over = [u for u in units if bound > 0 and now - u[0].created_s >= bound]
+    head = min(over, key=lambda u: (u[0].created_s, u[0].uid)) if over else None
+    starving = [head] if head is not None else []
+    rest = [u for u in units if u is not head]
     held = np.zeros(cycle.view.cluster.n_nodes, dtype=np.bool_)
     failed: list[Unit] = []
     for unit, is_starving in _sequence(cfg, book, ctx, starving, rest):

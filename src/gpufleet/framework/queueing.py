@@ -11,7 +11,7 @@ In a profile's YAML this is the gpufleet-specific `queueing` section, next to `p
           reclaim: true                # a queue below its fair share reclaims from queues above
           minRuntimeSeconds: 300       # pods younger than this are never victims
           maxPreemptionsPerPodPerHour: 2
-          starvationBoundSeconds: 7200 # units waiting longer go first and reserve nodes
+          starvationBoundSeconds: 86400 # the oldest unit waiting longer goes first, holds nodes
 
 Every knob is off by default, so a profile without this section orders pods by priority,
 then age, exactly as kube-scheduler does.
@@ -38,8 +38,8 @@ class QueueingConfig:
     min_runtime_seconds: float = 0.0
     max_preemptions_per_pod_per_hour: int = 3
     starvation_bound_seconds: float = 0.0
-    """0 = off. A unit waiting longer than this is placed before all others and, when it does
-    not fit, the nodes it needs are held for it (nothing else starts there) until it does."""
+    """0 = off. The oldest unit waiting longer than this is placed before all others and, when
+    it does not fit, the nodes it needs are held for it (nothing else starts there) until it does."""
     preemption_attempts_per_cycle: int = 32
     """At most this many pending units per cycle look for victims (bounds the cycle's cost)."""
     las_thresholds_gpu_seconds: tuple[float, ...] = (3600.0, 36000.0)

@@ -36,7 +36,7 @@ QUEUE_POLICIES: dict[str, QueueingConfig | None] = {
     "default": None,
 }
 KPIS = ("jct_mean_s", "jct_p99_s", "wait_mean_s", "wait_p99_s", "wait_max_s", "jain_fairness",
-        "gpu_utilisation", "gpu_utilisation_while_arriving", "preemptions", "gpu_hours_lost",
+        "gpu_utilisation", "gpu_allocation", "gpu_utilisation_while_arriving", "preemptions", "gpu_hours_lost",
         "priority_inversions", "finished", "waiting_at_end")
 
 

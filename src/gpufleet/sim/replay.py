@@ -61,6 +61,7 @@ class ReplayResult:
     gpu_seconds_lost: float = 0.0
     """GPU-seconds of work thrown away by preemption (a preempted job restarts from zero)."""
     queue_samples: list[QueueSample] = field(default_factory=list)
+    """Queue shares over time (empty without queues)."""
     jain_fairness: float = float("nan")
     priority_inversions: int = 0
 
@@ -75,6 +76,8 @@ class ReplayResult:
         times = np.array([t for t, _ in self.utilisation])
         util = np.array([u for _, u in self.utilisation])
         mean_util = _time_mean(times, util, times[0] if len(times) else 0.0, times[-1] if len(times) else 0.0)
+        span = float(times[-1] - times[0]) if len(times) > 1 else 0.0
+        wasted = self.gpu_seconds_lost / (self.gpus * span) if self.gpus and span > 0 else 0.0
         last_arrival = max((r.arrival_s for r in self.records), default=first)
 
         def pct(a: np.ndarray, q: float) -> float:
@@ -87,7 +90,8 @@ class ReplayResult:
                 "wait_p99_s": pct(wait, 99), "wait_max_s": float(wait.max()) if len(wait) else float("nan"),
                 "makespan_s": makespan, "makespan_lower_bound_s": bound,
                 "makespan_over_bound": makespan / bound if bound else float("nan"),
-                "gpu_utilisation": mean_util,
+                "gpu_allocation": mean_util,
+                "gpu_utilisation": mean_util - wasted,
                 "gpu_utilisation_while_arriving": _time_mean(times, util, first, last_arrival),
                 "jain_fairness": self.jain_fairness,
                 "priority_inversions": float(self.priority_inversions),
