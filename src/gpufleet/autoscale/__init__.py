@@ -1,1 +1,8 @@
-"""gpufleet autoscale."""
+"""gpufleet autoscale: the pure planner (which nodes to add for pending pods, which GPU nodes
+to remove). Drivers (the simulator, Karpenter NodeClaims) are not built yet; see
+docs/autoscaling.md."""
+
+from gpufleet.autoscale.plan import NodeAdd, Plan, plan
+from gpufleet.autoscale.template import TEMPLATE_LABEL, NodeTemplate
+
+__all__ = ["NodeAdd", "NodeTemplate", "Plan", "TEMPLATE_LABEL", "plan"]
