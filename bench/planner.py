@@ -1,0 +1,162 @@
+"""Autoscaling planner speed: 10,000 pending pods, 20 node templates, a 500-node cluster mostly full.
+
+The existing cluster is `cluster_gen.nodes(500)` filled by one `schedule()` of 6,000 pods of
+the `cluster_gen.pods()` mix (setup, not timed). The pending pods are 10,000 more of the same
+mix, with 5 % of the fractions turned into MIG 1g.10gb requests (the mix has no MIG). The 20
+templates cover four GPU models with 1/2/4/8 GPUs, three MIG layouts and one CPU-only node.
+
+Beside `plan()` it runs a naive Karpenter-like provisioner on the same pods: pod by pod, a
+fraction or a MIG slice counts as a whole GPU, gang members are separate pods; each pod goes
+on the first new node with room, else on a new node of the cheapest template that hosts it.
+Prints a table; with --json the last line is one JSON object.
+
+    .venv/bin/python bench/planner.py [--nodes 500] [--pods 10000] [--repeat 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import cluster_gen  # noqa: E402
+
+from gpufleet.autoscale import NodeTemplate, plan  # noqa: E402
+from gpufleet.autoscale.fit import Demand, Room, static_reason  # noqa: E402
+from gpufleet.core.cycle import schedule  # noqa: E402
+from gpufleet.framework.profile import build_profile  # noqa: E402
+from gpufleet.framework.profiles import builtin  # noqa: E402
+from gpufleet.model import ClusterSnapshot, GpuKind, PodSpec, mig, mig_slices, whole_gpus  # noqa: E402
+
+GIB = 1024
+# (model, GPU memory GiB, price per GPU-hour)
+MODELS = (("H100-80GB", 80, 12.0), ("A100-80GB", 80, 8.0), ("L40S", 48, 4.0), ("A100-40GB", 40, 5.0))
+MIG_LAYOUTS = (("H100-80GB", ("1g.10gb",) * 7), ("A100-80GB", ("1g.10gb",) * 7),
+               ("H100-80GB", ("3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb")))
+
+
+def templates() -> list[NodeTemplate]:
+    out = []
+    for model, mem, per_gpu in MODELS:
+        for n in (1, 2, 4, 8):
+            discount = {1: 1.0, 2: 0.98, 4: 0.96, 8: 0.94}[n]
+            out.append(NodeTemplate(f"{model.lower()}-x{n}", 24_000 * n, 192 * GIB * n, round(per_gpu * n * discount, 2),
+                                    gpu_model=model, gpus=n, gpu_mem_mib=mem * GIB))
+    for k, (model, layout) in enumerate(MIG_LAYOUTS):
+        per_gpu = dict((m, p) for m, _, p in MODELS)[model]
+        out.append(NodeTemplate(f"{model.lower()}-mig{k}-x4", 96_000, 768 * GIB, per_gpu * 4, gpu_model=model, gpus=4,
+                                gpu_mem_mib=80 * GIB, mig_layout=layout))
+    out.append(NodeTemplate("cpu-32", 32_000, 128 * GIB, 1.5))
+    assert len(out) == 20
+    return out
+
+
+def pending(n: int, rng: random.Random) -> list[PodSpec]:
+    pods, _ = cluster_gen.pods(n, rng, prefix="new-")
+    out = []
+    for p in pods:
+        if p.gpu.kind is GpuKind.FRACTION and rng.random() < 0.05:
+            p = dataclasses.replace(p, gpu=mig_slices("1g.10gb"), gpu_models=frozenset({"H100-80GB", "A100-80GB"}))
+        out.append(p)
+    return out
+
+
+def existing(n_nodes: int, rng: random.Random) -> ClusterSnapshot:
+    nodes = cluster_gen.nodes(n_nodes, rng)
+    pods, groups = cluster_gen.pods(12 * n_nodes, rng, prefix="run-")
+    snap = ClusterSnapshot.build(nodes, (), groups)
+    result = schedule(snap, pods, build_profile(builtin("default")), now=0.0, rng=random.Random(0))
+    return snap.apply(result.binds)
+
+
+def naive(left: list[PodSpec], tpls: list[NodeTemplate]) -> dict[str, float]:
+    """Karpenter-like, pod by pod: a fraction or MIG slice is one whole GPU; no gangs."""
+    probes = [t.node_info(f"probe-{t.name}") for t in tpls]
+    rooms: list[Room] = []
+    open_rooms: list[Room] = []
+    cost = 0.0
+    unplaced = 0
+    for pod in left:
+        g = pod.gpu
+        if g.kind is GpuKind.FRACTION:
+            pod = dataclasses.replace(pod, gpu=whole_gpus(1))
+        elif g.kind is GpuKind.MIG:
+            models = {m for m, _, _ in MODELS if g.mig_profile in mig.profiles_for(m)}
+            pod = dataclasses.replace(pod, gpu=whole_gpus(1), gpu_models=frozenset(models & (pod.gpu_models or models)))
+        d = Demand.of(pod)
+        ok = [i for i, (t, pr) in enumerate(zip(tpls, probes)) if static_reason(t, pr, pod) is None]
+        room = next((r for r in open_rooms if r.template in ok and r.count(d) > 0), None)
+        if room is None:
+            if not ok:
+                unplaced += 1
+                continue
+            t = min(ok, key=lambda i: (tpls[i].price_per_hour, tpls[i].name))
+            room = Room(t, tpls[t])
+            rooms.append(room)
+            open_rooms.append(room)
+            cost += tpls[t].price_per_hour
+        room.take(d, [pod.uid])
+        if room.slots == 0 or room.cpu < 500 or (tpls[room.template].gpus and not room.has_gpu_left()):
+            open_rooms.remove(room)  # Karpenter-like: a node with no GPU or pod slot left is closed
+    return {"nodes": len(rooms), "gpus": sum(tpls[r.template].gpus for r in rooms), "cost_per_hour": round(cost, 2),
+            "unplaced": unplaced}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=500)
+    ap.add_argument("--pods", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    snap = existing(args.nodes, rng)
+    pods = pending(args.pods, rng)
+    tpls = templates()
+    profile = build_profile(builtin("default"))
+    search_times = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        quick = plan(pods, tpls, snap, profile=profile, check=False)
+        search_times.append(time.perf_counter() - t0)
+    times = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        result = plan(pods, tpls, snap, profile=profile)
+        times.append(time.perf_counter() - t0)
+    fits_now = set(result.fits_now)
+    left = [p for p in pods if p.uid not in fits_now]
+    t0 = time.perf_counter()
+    base = naive(left, tpls)
+    naive_s = time.perf_counter() - t0
+    used = snap.gpu_allocated_milli() / max(snap.gpu_capacity_milli(), 1)
+    out = {
+        "machine": f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}",
+        "existing_nodes": args.nodes, "existing_gpu_use": round(used, 3), "pending_pods": len(pods),
+        "templates": len(tpls),
+        "plan_no_check_s": [round(t, 3) for t in search_times], "plan_no_check_s_best": round(min(search_times), 3),
+        "plan_s": [round(t, 3) for t in times], "plan_s_best": round(min(times), 3),
+        "fits_now": len(fits_now), "served_on_new_nodes": len(result.served), "unplaceable": len(result.unplaceable),
+        "planner": {"nodes": sum(a.count for a in result.add),
+                    "gpus": sum(a.count * a.template.gpus for a in result.add),
+                    "cost_per_hour": round(result.cost_per_hour_added, 2), "removals": len(result.remove)},
+        "planner_no_check": {"nodes": sum(a.count for a in quick.add),
+                             "gpus": sum(a.count * a.template.gpus for a in quick.add),
+                             "cost_per_hour": round(quick.cost_per_hour_added, 2), "served": len(quick.served)},
+        "naive_karpenter_like": {**base, "seconds": round(naive_s, 3)},
+    }
+    if not args.json:
+        print(result.summary())
+    print(json.dumps(out) if args.json else json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
