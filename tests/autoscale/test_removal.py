@@ -71,3 +71,10 @@ def test_removals(case: Case) -> None:
     result = plan([], TEMPLATES, snap, max_removals=case.max_removals)
     assert result.remove == case.expect
     assert result.add == ()
+
+
+def test_an_idle_node_that_pending_pods_will_use_is_not_removed() -> None:
+    from gpufleet.testing import make_pod
+    snap = ClusterSnapshot.build([node("a"), node("b")], [run("w", "b", tuple(range(8)), cpu=6_000)])
+    result = plan([make_pod("p").cpu(1000).gpus(4).build()], TEMPLATES, snap)
+    assert result.fits_now == ("default/p",) and result.remove == () and result.add == ()

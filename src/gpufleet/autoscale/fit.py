@@ -50,7 +50,7 @@ class Demand:
         return f"{self.cpu_milli}m CPU"
 
     def gpu_milli(self) -> int:
-        """GPU-milli this pod takes (MIG: its share of compute slices); used to order the search."""
+        """GPU-milli this pod takes on whole or fractional GPUs (0 for MIG and CPU-only); orders the search."""
         if self.kind is GpuKind.WHOLE:
             return self.count * GPU_MILLI
         if self.kind is GpuKind.FRACTION:
@@ -99,9 +99,10 @@ def no_template_reason(pod: PodSpec, templates: Sequence[NodeTemplate], probes: 
         if pod.gpu_models and not any(t.gpu_model in pod.gpu_models for t in gpu_templates):
             return f"no template has GPU model {' or '.join(sorted(pod.gpu_models))}"
     why = Counter(static_reason(t, probe, pod) or "" for t, probe in zip(templates, probes))
-    parts = [f"{n} {r}" for r, n in sorted(why.items(), key=lambda kv: (-kv[1], kv[0])) if r]
-    return f"no template can host it ({Demand.of(pod).describe()}): " + ", ".join(parts) if parts else \
-        "no templates given"
+    parts = [f"{n} template(s) {r}" for r, n in sorted(why.items(), key=lambda kv: (-kv[1], kv[0])) if r]
+    if not parts:
+        return "no templates given"
+    return f"no template can host it ({Demand.of(pod).describe()}): " + ", ".join(parts)
 
 
 class Room:
