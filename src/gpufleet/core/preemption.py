@@ -20,7 +20,10 @@ Per pending pod, as kube-scheduler does: remove every candidate, keep the nodes 
 then fits, and on each (at most eight, fewest candidates first) give back candidates most
 important first (non-extra, highest priority, longest running) while the pod still fits;
 what cannot be given back are the victims. The node whose victims have the lowest highest
-priority, then lowest priority sum, fewest pods, most recently started wins. A gang of
+priority wins, then the one that throws away the least work (GPU-seconds run so far: a
+preempted pod restarts), then the fewest pods. Priorities compare only within a queue
+(DESIGN: priority orders pods of one queue), so a reclaim victim's priority counts for
+nothing and reclaim takes what costs least work. A gang of
 preemptors is placed member by member and rolled back whole if fewer than its minimum fit.
 Everything placed here is `nominated`: it starts once its victims are gone.
 """
@@ -132,7 +135,7 @@ class _Preemptor:
         return units
 
     # -- where, and whom ---------------------------------------------------------------------
-    def choose(self, pod: PodSpec, units: list[VictimUnit]) -> tuple[int, list[VictimUnit]] | None:
+    def choose(self, pod: PodSpec, q: int, units: list[VictimUnit]) -> tuple[int, list[VictimUnit]] | None:
         cycle = self.cycle
         index = cycle.view.cluster.index
         usage = cycle.view.usage.copy()
@@ -147,26 +150,31 @@ class _Preemptor:
             return None
         ranked = feasible[np.lexsort((feasible, count[feasible]))][:MAX_NODES]
         best: tuple[tuple[float, ...], int, list[VictimUnit]] | None = None
+        now = cycle.state.now
         for node in ranked.tolist():
             here = [u for u in units if any(index[p.node] == node for p in u)]
-            victims = self._reprieve(pod, node, here)
+            victims = self._reprieve(pod, q, node, here)
             if victims is None:
                 continue
             pods = [p for u in victims for p in u]
-            cost = (max(p.priority for p in pods), sum(p.priority for p in pods), len(pods),
-                    -max(p.started_s for p in pods), node)
+            lost = sum(len(p.gpus) * p.milli * (now - p.started_s) for p in pods)
+            cost = (max(self._rank(p, q) for p in pods), lost, len(pods), -max(p.started_s for p in pods), node)
             if best is None or cost < best[0]:
                 best = (cost, node, victims)
         return None if best is None else (best[1], best[2])
 
-    def _reprieve(self, pod: PodSpec, node: int, here: list[VictimUnit]) -> list[VictimUnit] | None:
+    def _rank(self, p: Placement, q: int) -> float:
+        """A victim's priority where it counts (its own queue); other queues' priorities do not compare."""
+        return float(p.priority) if self.book.queue_of(p.queue) == q else float("-inf")
+
+    def _reprieve(self, pod: PodSpec, q: int, node: int, here: list[VictimUnit]) -> list[VictimUnit] | None:
         cycle = self.cycle
         index = cycle.view.cluster.index
         usage = cycle.view.usage.copy()
         usage.place_all(((p, index[p.node]) for unit in here for p in unit), sign=-1)
         if not cycle.fits(pod, node, usage):
             return None
-        important_first = sorted(here, key=lambda u: (self._is_extra(u), -max(p.priority for p in u),
+        important_first = sorted(here, key=lambda u: (self._is_extra(u), -max(self._rank(p, q) for p in u),
                                                       min(p.started_s for p in u)))
         victims: list[VictimUnit] = []
         for unit in important_first:
@@ -244,7 +252,7 @@ def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
         fitted = cycle.place(pod)
         if not isinstance(fitted, Placement):
             units = pre.candidates(pod, q, total)
-            choice = pre.choose(pod, units) if units else None
+            choice = pre.choose(pod, q, units) if units else None
             if choice is None:
                 continue
             node, victims = choice
