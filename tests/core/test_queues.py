@@ -304,3 +304,13 @@ def test_among_equal_priorities_the_most_recently_started_pods_are_the_victims()
     urgent = make_pod("urgent").gpus(2).queue("a").priority(10).created(900).build()
     result = run(snap, [urgent], PREEMPT, [Queue("a")])
     assert len(result.evictions) == 2 and {e.pod for e in result.evictions} <= {p.uid for p in new}
+
+
+def test_no_nodes_are_held_for_a_starving_pod_its_queue_limit_keeps_out() -> None:
+    snap = ClusterSnapshot.build(nodes(2))
+    old = make_pod("old").gpus(8).queue("a").created(0.0).build()
+    others = one_gpu_pods("b", 4, "b", created=900.0)
+    cfg = QueueingConfig(order="fair", starvation_bound_seconds=10.0)
+    result = run(snap, [old, *others], cfg, [Queue("a", limit={"gpu": 4 * G}), Queue("b")])
+    assert "limit" in result.unschedulable[old.uid].message
+    assert "held" not in result.unschedulable[old.uid].message and len(result.binds) == 4

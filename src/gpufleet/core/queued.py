@@ -81,8 +81,9 @@ def run(cycle: _Cycle, pending: Sequence[PodSpec], cfg: QueueingConfig, ctx: Que
     for unit, is_starving in _sequence(cfg, book, ctx, starving, rest):
         if not _place_unit(cycle, book, unit, held):
             failed.append(unit)
-            if is_starving and not held.any():
-                _hold(cycle, unit, held)
+            status = cycle.unschedulable.get(unit[0].uid)
+            if is_starving and not held.any() and (status is None or status.plugin not in ("Queue", "QueueLimit")):
+                _hold(cycle, unit, held)  # holding nodes cannot help a unit its queue does not admit
     if cfg.preempts:
         preemption.run(cycle, book, fair, ctx, cfg, held, failed[:cfg.preemption_attempts_per_cycle])
     cycle.mask, cycle.mask_key = None, None
