@@ -33,18 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Docs: README.md and docs/ (simulator.md, concepts.md, agent.md).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue  # not built yet
-        module.add_parser(sub)
+        importlib.import_module(name).add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    return run(build_parser(), argv)
+
+
+def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` with `parser` and run the chosen command; user mistakes are one line, exit 2."""
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -27,7 +27,7 @@ from types import FrameType
 from typing import Any
 
 from gpufleet.core.cycle import schedule
-from gpufleet.framework.profile import ProfileError, ProfileSettings, build_profile, load_profiles
+from gpufleet.framework.profile import ProfileSettings, build_profile, load_profiles
 from gpufleet.framework.profiles import BUILTIN, builtin
 from gpufleet.framework.registry import BuildContext
 from gpufleet.framework.plugins.fragmentation import typical_tasks
@@ -40,8 +40,9 @@ from gpufleet.kube.metrics import HealthServer, Metrics
 from gpufleet.kube.rest import Rest
 from gpufleet.kube.retry import Retrier, RetryPolicy
 from gpufleet.kube.scheduler import SchedulerService, ServiceSettings
-from gpufleet.model import ClusterSnapshot, ModelError
+from gpufleet.model import ClusterSnapshot
 from gpufleet.model.annotations import SCHEDULER_NAME
+from gpufleet.cli import main as cli_main
 from gpufleet.cli.main import UsageError
 
 
@@ -204,18 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(prog="gpufleet")
     add_parser(parser.add_subparsers(dest="command", metavar="COMMAND"))
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    try:
-        code: int = args.func(args)
-        return code
-    except (ModelError, ProfileError, UsageError) as exc:
-        print(f"gpufleet {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return cli_main.run(parser, argv)
 
 
 if __name__ == "__main__":

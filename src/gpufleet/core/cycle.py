@@ -185,7 +185,7 @@ class _Cycle:
         real = self.view.usage
         self.view.usage = usage
         try:
-            return bool(node in set(self._feasible(pod).tolist()))
+            return bool((self._feasible(pod) == node).any())
         finally:
             self.view.usage = real
 
