@@ -201,7 +201,10 @@ def parse_args(args_type: type, raw: object, where: str) -> Any:
         if attr not in fields:
             raise ProfileError(f"{where}.{key}: unknown argument; known: {', '.join(sorted(fields))}")
         values[attr] = _typed(value, hints[attr], f"{where}.{key}")
-    return args_type(**values)
+    try:
+        return args_type(**values)
+    except ValueError as e:  # an Args dataclass's own range checks
+        raise ProfileError(f"{where}: {e}") from None
 
 
 def _typed(value: object, hint: Any, where: str) -> Any:

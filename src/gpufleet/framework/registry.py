@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 from gpufleet.framework.interfaces import Plugin
 from gpufleet.framework.plugins import fgd, fgd_baselines, frag_aware, gpu_fit, node_affinity, node_resources
-from gpufleet.framework.plugins import prefer_used, resource_alloc, taint_toleration, topology
+from gpufleet.framework.plugins import prefer_used, recent_faults, resource_alloc, taint_toleration, topology
 from gpufleet.framework.plugins.fragmentation import TypicalTask
 
 
@@ -56,4 +56,5 @@ def default_registry() -> Mapping[str, Entry]:
                                frag_aware.FragAwareArgs),
         prefer_used.NAME: _plain(prefer_used.PreferUsedNodes),
         topology.NAME: Entry(lambda args, ctx: topology.Topology(args), topology.TopologyArgs),
+        recent_faults.NAME: Entry(lambda args, ctx: recent_faults.RecentFaults(args), recent_faults.RecentFaultsArgs),
     }

@@ -23,6 +23,7 @@ from gpufleet.model.pod import GPU_MILLI
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 Bool = npt.NDArray[np.bool_]
+F64 = npt.NDArray[np.float64]
 
 
 class Cluster:
@@ -106,7 +107,7 @@ class Usage:
     __slots__ = ("cluster", "free_cpu", "free_mem", "free_pods", "gpu_used_milli", "gpu_used_mem",
                  "gpu_healthy", "slice_used", "free_whole", "max_free_milli", "max_free_gmem",
                  "free_milli_total", "usable_gpus", "max_free_domain", "max_free_numa", "free_slices", "class_pods",
-                 "version")
+                 "node_ready", "fault_at", "version")
 
     def __init__(self, cluster: Cluster) -> None:
         c = cluster
@@ -132,6 +133,10 @@ class Usage:
         self.max_free_numa: I64 = np.zeros(n, dtype=np.int64)
         self.free_slices: I64 = np.zeros((n, max(1, len(c.mig_profiles))), dtype=np.int64)
         self.class_pods: I64 = np.zeros((n, GPU_CLASSES), dtype=np.int64)
+        self.node_ready: Bool = np.ones(n, dtype=np.bool_)
+        """False while a node is out (a node-level fault, NotReady): nothing is placed on it."""
+        self.fault_at: F64 = np.full(n, -np.inf)
+        """When each node last had a device or node fault (simulation or cluster time; -inf = never)."""
         self.version: I64 = np.zeros(n, dtype=np.int64)
         """A stamp per node, fresh (process-unique) each time the node's usage changes.
 
@@ -149,14 +154,15 @@ class Usage:
         return new
 
     def usable(self) -> Bool:
-        """Devices that can take whole-GPU or fractional work (present, not MIG, healthy)."""
-        return self.cluster.gpu_whole_ok & self.gpu_healthy
+        """Devices that can take whole-GPU or fractional work (present, not MIG, healthy, node ready)."""
+        return self.cluster.gpu_whole_ok & self.gpu_healthy & self.node_ready[:, None]
 
     def refresh_row(self, i: int) -> None:
         """Recompute node i's aggregates after its usage changed (O(GPUs on the node))."""
         c = self.cluster
         n = int(c.gpu_count[i])
-        ok = (c.gpu_whole_ok[i] & self.gpu_healthy[i]).tolist()
+        ready = bool(self.node_ready[i])
+        ok = (c.gpu_whole_ok[i] & self.gpu_healthy[i] & ready).tolist()
         used = self.gpu_used_milli[i].tolist()
         gmem = self.gpu_used_mem[i].tolist()
         cap_mem = c.gpu_mem[i].tolist()
@@ -190,7 +196,7 @@ class Usage:
             row = self.free_slices[i]
             row[:] = 0
             for s in range(start, end):
-                if not self.slice_used[s] and self.gpu_healthy[i, c.slice_gpu[s]]:
+                if ready and not self.slice_used[s] and self.gpu_healthy[i, c.slice_gpu[s]]:
                     row[c.slice_prof[s]] += 1
         self.version[i] = next(_STAMPS)
 
@@ -223,6 +229,11 @@ class Usage:
 
     def set_health(self, i: int, gpu: int, healthy: bool) -> None:
         self.gpu_healthy[i, gpu] = healthy
+        self.refresh_row(i)
+
+    def set_ready(self, i: int, ready: bool) -> None:
+        """Take node i out (no device counts as usable) or bring it back."""
+        self.node_ready[i] = ready
         self.refresh_row(i)
 
     def overcommitted(self, i: int) -> str | None:

@@ -1,4 +1,4 @@
-"""NodeResourcesFit: CPU, memory and pod-count fit (kube-scheduler's `fit.go` reasons)."""
+"""NodeResourcesFit: CPU, memory and pod-count fit (kube-scheduler's `fit.go` reasons), on nodes that are ready."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ class NodeResourcesFit:
 
     def filter(self, state: CycleState, pod: PodSpec, view: View) -> BoolArray | None:
         u = view.usage
-        mask = u.free_pods >= 1
+        mask = (u.free_pods >= 1) & u.node_ready
         if pod.cpu_milli:
             mask &= u.free_cpu >= pod.cpu_milli
         if pod.mem_mib:
@@ -23,7 +23,8 @@ class NodeResourcesFit:
 
     def reasons(self, state: CycleState, pod: PodSpec, view: View) -> list[tuple[str, BoolArray]]:
         u = view.usage
-        return [("Too many pods", u.free_pods < 1),
+        return [("node(s) were not ready", ~u.node_ready),
+                ("Too many pods", u.free_pods < 1),
                 ("Insufficient cpu", u.free_cpu < pod.cpu_milli),
                 ("Insufficient memory", u.free_mem < pod.mem_mib)]
 

@@ -1,0 +1,46 @@
+"""RecentFaults: score nodes down for a while after a device or node fault on them.
+
+A GPU or host that has just failed is more likely than its neighbours to fail again soon:
+the fault may not be fixed by the reset, and fleets report a few "lemon" nodes behind a
+large share of interruptions. Work placed elsewhere does not bet on it. The score is
+`1 - 2^(-age / halfLifeSeconds)`: 0 right after a fault, 0.5 one half-life later, 1 for a
+node without faults (`Usage.fault_at` is -inf). It only orders feasible nodes; a node with
+a recent fault is still used when nothing else fits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpufleet.framework.cycle_state import CycleState
+from gpufleet.framework.interfaces import FloatArray, IntArray, ScorePlugin, View
+from gpufleet.model import PodSpec
+
+NAME = "RecentFaults"
+
+
+@dataclass(frozen=True, slots=True)
+class RecentFaultsArgs:
+    half_life_seconds: float = 6 * 3600.0
+
+    def __post_init__(self) -> None:
+        if not (self.half_life_seconds > 0 and math.isfinite(self.half_life_seconds)):
+            raise ValueError(f"halfLifeSeconds must be a positive number of seconds, got {self.half_life_seconds}")
+
+
+class RecentFaults:
+    name = NAME
+
+    def __init__(self, args: RecentFaultsArgs) -> None:
+        self.args = args
+
+    def score(self, state: CycleState, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
+        age = np.maximum(state.now - view.usage.fault_at[nodes], 0.0)
+        score: FloatArray = 1.0 - np.exp2(-age / self.args.half_life_seconds)
+        return score
+
+
+_s: ScorePlugin = RecentFaults(RecentFaultsArgs())
