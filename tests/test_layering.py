@@ -1,8 +1,10 @@
 """No lower layer of gpufleet imports a higher one (checked statically with `ast`).
 
-    model (0) <- framework (1) <- core (2) <- sim | kube | agent | autoscale (3) <- cli | web (4)
+    model (0) <- framework (1) <- core (2) <- autoscale (2.5) <- sim | kube | agent (3) <- cli | web (4)
 
-The four layer-3 drivers do not import each other. `testing` (builders and fakes) may import
+The three layer-3 drivers do not import each other. The autoscaling planner is pure, like the
+core, and runs inside the scheduler and the simulator (DESIGN.md), so those drivers may call it;
+it imports no driver. `testing` (builders and fakes) may import
 anything except cli/web, and only cli/web may import it. The root `gpufleet` package counts
 as layer 0. Every import counts: inside functions and `if TYPE_CHECKING:` blocks too.
 """
@@ -15,9 +17,9 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-PACKAGES = {"model": 0, "framework": 1, "core": 2, "sim": 3, "kube": 3, "agent": 3, "autoscale": 3,
+PACKAGES = {"model": 0, "framework": 1, "core": 2, "autoscale": 2.5, "sim": 3, "kube": 3, "agent": 3,
             "testing": 3.5, "cli": 4, "web": 4}
-DRIVERS = {"sim", "kube", "agent", "autoscale"}
+DRIVERS = {"sim", "kube", "agent"}
 
 
 def top_package(module: str) -> str | None:
@@ -127,6 +129,10 @@ FAKES: list[tuple[str, str, str, bool, list[str]]] = [
     ("downward imports are allowed", "gpufleet.cli.fake",
      "from gpufleet.core.cycle import schedule\nfrom gpufleet.sim import workload\nfrom gpufleet.testing import "
      "make_pod\nfrom gpufleet import __version__\nimport numpy, yaml\n", False, []),
+    ("the planner importing a driver is caught",
+     "gpufleet.autoscale.fake", "from gpufleet.sim import replay\n", False,
+     ["gpufleet.autoscale.fake:1 imports gpufleet.sim (autoscale may not import sim)"]),
+    ("the simulator may call the planner", "gpufleet.sim.fake", "from gpufleet.autoscale import plan\n", False, []),
     ("a driver may import the core, framework and model", "gpufleet.kube.fake",
      "from gpufleet.core import cycle\nfrom gpufleet.framework.status import Code\nimport gpufleet.model\n", False, []),
     ("the testing helpers may import the drivers", "gpufleet.testing.fake",
