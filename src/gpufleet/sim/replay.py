@@ -5,8 +5,14 @@ waiting pods and carries out its result: evictions first (a preempted job loses 
 since it started and waits again, keeping its place by age), then binds and nominated
 placements. A gang's job starts when its group is bound (the core binds a group all or
 nothing, at least minMember pods; an elastic gang runs with the members that fit and drops
-the rest; losing an extra member does not stop it). Device failures and node changes are
-event kinds the loop accepts as hooks for later work.
+the rest; losing an extra member does not stop it).
+
+An interrupted job (preempted, hit by a fault, on a node scaled away) restarts from its last
+checkpoint (`checkpoint_s`; None = from zero): the work since then, and any time its GPUs
+were held while it hung, counts as GPU-seconds lost. With `faults` (sim/faults.py) devices
+and nodes fail at the model's rates and the policy decides what goes out of service, for
+how long, and when the hit jobs give their pods back. With a `scaler` (sim/scaling.py)
+nodes are requested, billed, join after their start delay and are removed.
 
 With queues (the workload's, or a profile whose `queueing` section is not the default) the
 driver also tells the core what it remembers across cycles: usage decayed with the
@@ -25,13 +31,16 @@ from types import MappingProxyType
 import numpy as np
 
 from gpufleet.core.cycle import schedule
+from gpufleet.core.faults import DeviceFault, Fault, NodeFault, describe, quarantine, restore, victims
 from gpufleet.core.queued import QueueContext
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.profile import Profile
 from gpufleet.framework.queueing import QueueingConfig
-from gpufleet.model import ClusterSnapshot, PodSpec, PodUid, QueueTree
+from gpufleet.model import ClusterSnapshot, NodeInfo, NodeName, PodSpec, PodUid, QueueTree
 from gpufleet.sim.environment import Environment, Kind
+from gpufleet.sim.faults import FaultInjector, FaultSetup, InjectedFault
 from gpufleet.sim.queue_kpis import QueueMeter, QueueSample
+from gpufleet.sim.scaling import Billing, NewNode, Scaler
 from gpufleet.sim.workload import Job, Workload
 
 
@@ -43,6 +52,8 @@ class JobRecord:
     """Start of the latest run (the one that finished, for a finished job)."""
     end_s: float | None = None
     preempted: int = 0
+    failed: int = 0
+    """Runs ended by a fault (or by its node being scaled away)."""
 
 
 @dataclass(slots=True)
@@ -64,6 +75,19 @@ class ReplayResult:
     """Queue shares over time (empty without queues)."""
     jain_fairness: float = float("nan")
     priority_inversions: int = 0
+    faults: int = 0
+    """Injected faults that took capacity out (faults on capacity already out are not counted)."""
+    gpu_seconds_lost_to_faults: float = 0.0
+    gpu_seconds_out_of_service: float = 0.0
+    """GPU-seconds during which devices were out of service (failed, quarantined or drained)."""
+    restarts: list[tuple[int, float]] = field(default_factory=list)
+    """(job, seconds from the fault to its next start) for each job a fault interrupted."""
+    gpu_seconds_paid: float = 0.0
+    """GPU-seconds of nodes requested by the scaler, from request to removal or the end."""
+    cost: float = 0.0
+    gpu_seconds_allocated: float = 0.0
+    gang: list[bool] = field(default_factory=list)
+    """Per job: whether it has more than one pod."""
 
     def summary(self) -> dict[str, float]:
         done = [r for r in self.records if r.end_s is not None and r.start_s is not None]
@@ -82,12 +106,15 @@ class ReplayResult:
 
         def pct(a: np.ndarray, q: float) -> float:
             return float(np.percentile(a, q)) if len(a) else float("nan")
+        gangs = {r.job for r in self.records if self.gang[r.job]} if self.gang else set()
+        back = np.array([d for _, d in self.restarts])
+        gang_back = np.array([d for i, d in self.restarts if i in gangs])
         return {"jobs": float(len(self.records)), "finished": float(len(done)),
                 "waiting_at_end": float(sum(1 for r in self.records if r.start_s is None)),
                 "jct_mean_s": float(jct.mean()) if len(jct) else float("nan"),
                 "jct_p50_s": pct(jct, 50), "jct_p99_s": pct(jct, 99),
                 "wait_mean_s": float(wait.mean()) if len(wait) else float("nan"),
-                "wait_p99_s": pct(wait, 99), "wait_max_s": float(wait.max()) if len(wait) else float("nan"),
+                "wait_p95_s": pct(wait, 95), "wait_p99_s": pct(wait, 99), "wait_max_s": float(wait.max()) if len(wait) else float("nan"),
                 "makespan_s": makespan, "makespan_lower_bound_s": bound,
                 "makespan_over_bound": makespan / bound if bound else float("nan"),
                 "gpu_allocation": mean_util,
@@ -96,7 +123,17 @@ class ReplayResult:
                 "jain_fairness": self.jain_fairness,
                 "priority_inversions": float(self.priority_inversions),
                 "preemptions": float(self.preemptions),
-                "gpu_hours_lost": self.gpu_seconds_lost / 3600}
+                "gpu_hours_lost": self.gpu_seconds_lost / 3600,
+                "faults": float(self.faults),
+                "gpu_hours_lost_to_faults": self.gpu_seconds_lost_to_faults / 3600,
+                "gpu_hours_out_of_service": self.gpu_seconds_out_of_service / 3600,
+                "restart_mean_s": float(back.mean()) if len(back) else float("nan"),
+                "gang_restart_mean_s": float(gang_back.mean()) if len(gang_back) else float("nan"),
+                "gang_restarts": float(len(gang_back)),
+                "gpu_hours_paid": self.gpu_seconds_paid / 3600, "cost": self.cost,
+                "gpu_hours_allocated": self.gpu_seconds_allocated / 3600,
+                "idle_gpu_hours": max(0.0, self.gpu_seconds_paid - self.gpu_seconds_allocated) / 3600
+                if self.gpu_seconds_paid else 0.0}
 
 
 def _time_mean(times: np.ndarray, values: np.ndarray, start: float, end: float) -> float:
@@ -108,13 +145,23 @@ def _time_mean(times: np.ndarray, values: np.ndarray, start: float, end: float) 
 
 
 def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: float | None = None,
-           sample_s: float = 600.0) -> ReplayResult:
+           sample_s: float = 600.0, checkpoint_s: float | None = None, faults: FaultSetup | None = None,
+           scaler: Scaler | None = None) -> ReplayResult:
     """Replay `workload` (jobs need `duration_s`; None means it never finishes)."""
-    return _Replay(workload, profile, seed, sample_s).run(until_s)
+    if checkpoint_s is not None and not checkpoint_s > 0:
+        raise ValueError(f"checkpoint interval must be a positive number of seconds, got {checkpoint_s}")
+    if scaler is not None and not scaler.interval_s > 0:
+        raise ValueError(f"scaler interval must be a positive number of seconds, got {scaler.interval_s}")
+    return _Replay(workload, profile, seed, sample_s, checkpoint_s, faults, scaler).run(until_s)
+
+
+IDLE_TICKS = 60
+"""Scaler looks without any other event before a run ends (see `_Replay._keep_going`)."""
 
 
 class _Replay:
-    def __init__(self, workload: Workload, profile: Profile, seed: int, sample_s: float) -> None:
+    def __init__(self, workload: Workload, profile: Profile, seed: int, sample_s: float,
+                 checkpoint_s: float | None, faults: FaultSetup | None, scaler: Scaler | None) -> None:
         self.jobs = workload.jobs
         self.profile = profile
         self.cfg = profile.queueing
@@ -139,37 +186,115 @@ class _Replay:
         self.preemptions = 0
         self.lost = 0.0
         self.meter = QueueMeter(self.tree, sample_s) if self.queued else None
+        self.checkpoint_s = checkpoint_s
+        self.done: dict[int, float] = {}
+        """Checkpointed seconds of work per job."""
+        self.unfinished = len(self.jobs)
+        # faults
+        self.faults = faults
+        self.injector = FaultInjector(faults.model, workload.nodes, seed, faults.script) if faults else None
+        self.hit_at: dict[int, float] = {}
+        """Jobs a fault stopped, waiting for their pods to be released: when their work stopped."""
+        self.down_since: dict[int, float] = {}
+        self.restarts: list[tuple[int, float]] = []
+        self.out: set[tuple[NodeName, int | None]] = set()
+        """Capacity out of service: (node, device) or (node, None) for a whole node."""
+        self.forever: dict[NodeName, set[int]] = {}
+        self.fault_count = 0
+        self.lost_to_faults = 0.0
+        self.out_gpu_s = 0.0
+        # autoscaling
+        self.scaler = scaler
+        self.launching: dict[NodeName, NewNode] = {}
+        self.billing = Billing()
+        self.alloc_gpu_s = 0.0
+        self.last_alloc = (0.0, 0.0)
+        self.idle_ticks = 0
 
     def run(self, until_s: float | None) -> ReplayResult:
         for i, job in enumerate(self.jobs):
             self.env.schedule(job.arrival_s, Kind.ARRIVAL, i)
             for pod in job.pods:
                 self.pod_job[pod.uid] = i
+        if self.injector is not None:
+            self._next_fault(0.0)
+        if self.scaler is not None:
+            self.env.schedule(0.0, Kind.SCALE_TICK)
         env = self.env
+        end = 0.0
         while len(env):
             batch = env.pop_batch()
             if until_s is not None and env.now > until_s:
+                end = until_s
                 break
+            end = env.now
+            self._integrate(env.now)
             self._decay(env.now)
-            releases: list[PodUid] = []
+            ticked = False
             for event in batch:
-                i = int(event.payload)
-                if event.kind is Kind.ARRIVAL:
-                    self.waiting[i] = self.jobs[i]
-                    self.trace.append((env.now, "arrive", i))
-                elif event.kind is Kind.COMPLETION and self.ends.get(i) == env.now:
-                    releases.extend(self._stop(i))
-                    self.records[i].end_s = env.now
-                    self.trace.append((env.now, "finish", i))
-            if releases:
-                self.snap = self.snap.advance(releases=releases)
+                self._handle(event.kind, event.payload)
+                ticked |= event.kind is Kind.SCALE_TICK
             pending = [p for job in self.waiting.values() for p in job.pods]
             if pending:
                 self._cycle(pending)
+            if ticked:
+                self.idle_ticks = 0 if self._scale([p for job in self.waiting.values() for p in job.pods]) \
+                    else self.idle_ticks + 1
+            self._keep_going()
             if self.meter is not None:
                 self.meter.observe(env.now, self.snap, [p for job in self.waiting.values() for p in job.pods])
             self.utilisation.append((env.now, self.snap.gpu_allocated_milli() / self.capacity))
+            self._settle()
+        self._integrate(end)
+        self.billing.close(end)
         return self._result()
+
+    def _keep_going(self) -> None:
+        """Schedule the next fault and scaler tick while something can still change.
+
+        Faults and ticks alone cannot finish a job. Once no other event is left, the fault
+        stream stops, and the scaler gets `IDLE_TICKS` more looks (its own timers, such as
+        a batching window, may still make it act) before the run ends."""
+        env = self.env
+        if not self.unfinished:
+            return
+        others = env.pending(Kind.ARRIVAL, Kind.COMPLETION, Kind.RELEASE, Kind.REPAIR, Kind.NODE_ADDED)
+        if self.injector is not None and not env.pending(Kind.FAULT) and others:
+            self._next_fault(env.now)
+        if self.scaler is not None and not env.pending(Kind.SCALE_TICK) and (others or self.idle_ticks < IDLE_TICKS):
+            env.schedule(env.now + self.scaler.interval_s, Kind.SCALE_TICK)
+
+    def _handle(self, kind: Kind, payload: object) -> None:
+        now = self.env.now
+        if kind is Kind.ARRIVAL:
+            i = int(payload)  # type: ignore[call-overload]
+            self.waiting[i] = self.jobs[i]
+            self.trace.append((now, "arrive", i))
+        elif kind is Kind.COMPLETION:
+            i = int(payload)  # type: ignore[call-overload]
+            if self.ends.get(i) == now:
+                self._release(self._stop(i))
+                self.records[i].end_s = now
+                self.unfinished -= 1
+                self.trace.append((now, "finish", i))
+        elif kind is Kind.FAULT:
+            assert isinstance(payload, InjectedFault)
+            self._fault(payload)
+        elif kind is Kind.RELEASE:
+            assert isinstance(payload, tuple)
+            i, run = int(payload[0]), payload[1]
+            if i in self.running and i in self.hit_at and self.records[i].start_s == run:
+                self._release(self._interrupt(i))
+        elif kind is Kind.REPAIR:
+            self._repair(payload)  # type: ignore[arg-type]
+        elif kind is Kind.NODE_ADDED:
+            assert isinstance(payload, NewNode)
+            del self.launching[payload.node.name]
+            self._rebuild([*self.snap.cluster.nodes, payload.node])
+
+    def _release(self, uids: list[PodUid]) -> None:
+        if uids:
+            self.snap = self.snap.advance(releases=uids)
 
     # -- one cycle ------------------------------------------------------------------------
     def _cycle(self, pending: list[PodSpec]) -> None:
@@ -196,15 +321,35 @@ class _Replay:
         self.running[i] = uids
         self.records[i].start_s = now
         self.trace.append((now, "start", i))
+        since = self.down_since.pop(i, None)
+        if since is not None:
+            self.restarts.append((i, now - since))
         if job.duration_s is not None:
-            self.ends[i] = now + job.duration_s
-            self.env.schedule(now + job.duration_s, Kind.COMPLETION, i)
+            end = now + job.duration_s - self.done.get(i, 0.0)
+            self.ends[i] = end
+            self.env.schedule(end, Kind.COMPLETION, i)
 
     def _stop(self, i: int) -> list[PodUid]:
         """End job i's current run; credit its attained service; return its pods to release."""
         uids = self.running.pop(i)
         self.ends.pop(i, None)
         self.attained[i] = self.attained.get(i, 0.0) + self._gpus(i, uids) * (self.env.now - self._started(i))
+        return uids
+
+    def _interrupt(self, i: int) -> list[PodUid]:
+        """Stop job i's run early: it keeps its checkpointed work, loses the rest, and waits again."""
+        now = self.env.now
+        start = self._started(i)
+        stopped = self.hit_at.pop(i, now)
+        progress = max(0.0, stopped - start)
+        kept = math.floor(progress / self.checkpoint_s) * self.checkpoint_s if self.checkpoint_s else 0.0
+        wasted = self._gpus(i, self.running[i]) * (now - start - kept)
+        self.lost += wasted
+        if i in self.down_since:
+            self.lost_to_faults += wasted
+        self.done[i] = self.done.get(i, 0.0) + kept
+        uids = self._stop(i)
+        self.waiting[i] = self.jobs[i]
         return uids
 
     def _started(self, i: int) -> float:
@@ -227,17 +372,126 @@ class _Replay:
         for i, gone in sorted(by_job.items()):
             job = self.jobs[i]
             still = [u for u in self.running[i] if u not in gone]
-            if job.group is not None and len(still) >= job.group.min_member:
+            if job.group is not None and len(still) >= job.group.min_member and i not in self.hit_at:
                 self.running[i] = still  # extras of an elastic gang: the job goes on smaller
                 released.extend(gone)
                 continue
-            self.lost += self._gpus(i, self.running[i]) * (now - self._started(i))
-            released.extend(self._stop(i))
-            self.waiting[i] = job
+            released.extend(self._interrupt(i))
             self.records[i].preempted += 1
             self.trace.append((now, "preempted", i))
         return released
 
+    # -- faults -----------------------------------------------------------------------------
+    def _next_fault(self, after: float) -> None:
+        assert self.injector is not None
+        nxt = self.injector.next_after(after)
+        if nxt is not None:
+            self.env.schedule(nxt.time_s, Kind.FAULT, nxt)
+
+    def _fault(self, injected: InjectedFault) -> None:
+        assert self.faults is not None
+        policy = self.faults.policy
+        fault = injected.fault
+        if (fault.node, None) in self.out or (isinstance(fault, DeviceFault) and (fault.node, fault.gpu) in self.out):
+            return  # that capacity is out already
+        now = self.env.now
+        self.fault_count += 1
+        isolate: Fault = fault
+        if isinstance(fault, DeviceFault) and policy.isolate == "node":
+            isolate = NodeFault(fault.node, f"drained after {fault.reason} on GPU {fault.gpu}")
+        direct_delay = policy.node_release_s if isinstance(fault, NodeFault) else 0.0
+        delays: dict[int, float] = {}
+        for e in victims(self.snap, isolate):  # pods on the lost capacity first, then their gang mates
+            on_lost = e.reason == describe(isolate)
+            i = self.pod_job[e.pod]
+            delays[i] = max(delays.get(i, 0.0), direct_delay if on_lost else policy.gang_release_s)
+        for i, delay in sorted(delays.items()):
+            self.hit_at.setdefault(i, now)
+            self.down_since.setdefault(i, now)
+            self.ends.pop(i, None)
+            self.records[i].failed += 1
+            self.trace.append((now, "failed", i))
+            if delay > 0:
+                self.env.schedule(now + delay, Kind.RELEASE, (i, self.records[i].start_s))
+            else:
+                self._release(self._interrupt(i))
+        self.snap = quarantine(self.snap, isolate, now)
+        key = (isolate.node, isolate.gpu if isinstance(isolate, DeviceFault) else None)
+        self.out.add(key)
+        if isinstance(isolate, DeviceFault) and not policy.device_repaired:
+            self.forever.setdefault(isolate.node, set()).add(isolate.gpu)
+        else:
+            self.env.schedule(now + injected.cls.repair_s, Kind.REPAIR, isolate)
+
+    def _repair(self, fault: Fault) -> None:
+        self.snap = restore(self.snap, fault)
+        self.out.discard((fault.node, fault.gpu if isinstance(fault, DeviceFault) else None))
+        if isinstance(fault, NodeFault):  # a restarted node re-enumerates its devices
+            for gpu in sorted(self.forever.pop(fault.node, set())):
+                self.snap = restore(self.snap, DeviceFault(fault.node, gpu, "node restarted"))
+                self.out.discard((fault.node, gpu))
+
+    def _integrate(self, now: float) -> None:
+        """Accumulate allocated and out-of-service GPU-seconds up to `now`."""
+        t, alloc = self.last_alloc
+        self.alloc_gpu_s += alloc * (now - t)
+        if self.out:
+            u = self.snap.usage
+            c = self.snap.cluster
+            gone = c.gpu_present & ~(u.gpu_healthy & u.node_ready[:, None])
+            self.out_gpu_s += float(gone.sum()) * (now - t)
+        self.last_alloc = (now, alloc)
+
+    def _settle(self) -> None:
+        """Note the allocation the batch leaves (it holds until the next batch)."""
+        self.last_alloc = (self.env.now, self.snap.gpu_allocated_milli() / 1000)
+
+    # -- autoscaling ------------------------------------------------------------------------
+    def _scale(self, pending: list[PodSpec]) -> bool:
+        """Ask the scaler; True if it added or removed anything."""
+        assert self.scaler is not None
+        now = self.env.now
+        step = self.scaler.step(now, self.snap, pending, tuple(self.launching.values()))
+        known = set(self.snap.cluster.names)
+        for name in step.remove:
+            if name not in known:
+                raise ValueError(f"autoscaler removed node {name}, which is not in the cluster"
+                                 + (" yet (still launching)" if name in self.launching else ""))
+        for new in step.add:
+            if new.node.name in known or new.node.name in self.launching:
+                raise ValueError(f"autoscaler requested node {new.node.name}, whose name is taken")
+            if not new.start_delay_s >= 0:
+                raise ValueError(f"node {new.node.name}: start delay must be non-negative, got {new.start_delay_s}")
+            self.billing.start(new, now)
+            self.launching[new.node.name] = new
+            self.env.schedule(now + new.start_delay_s, Kind.NODE_ADDED, new)
+        if step.remove:
+            gone = set(step.remove)
+            for name in sorted(gone):
+                for i in sorted({self.pod_job[e.pod] for e in victims(self.snap, NodeFault(name, "scaled down"))}):
+                    self._release(self._interrupt(i))
+                    self.records[i].failed += 1
+                    self.trace.append((now, "scaled-down", i))
+                self.billing.stop(name, now)
+            self._rebuild([n for n in self.snap.cluster.nodes if n.name not in gone])
+        return bool(step.add or step.remove)
+
+    def _rebuild(self, nodes: list[NodeInfo]) -> None:
+        """Replace the cluster's nodes, keeping every placement and each node's health and fault time."""
+        old = self.snap
+        snap = ClusterSnapshot.build(nodes, old.placements.values(), old.pod_groups.values()).owned()
+        u, ou = snap.usage, old.usage
+        for name, j in snap.cluster.index.items():
+            i = old.cluster.index.get(name)
+            if i is None:
+                continue
+            g = int(snap.cluster.gpu_count[j])
+            u.gpu_healthy[j, :g] = ou.gpu_healthy[i, :g]
+            u.node_ready[j] = ou.node_ready[i]
+            u.fault_at[j] = ou.fault_at[i]
+            u.refresh_row(j)
+        self.snap = snap
+        self.capacity = snap.gpu_capacity_milli() or 1
     # -- what the core is told across cycles -------------------------------------------------
     def _context(self, pending: list[PodSpec]) -> QueueContext:
         now = self.env.now
@@ -276,4 +530,7 @@ class _Replay:
                             self.preemptions, self.lost,
                             meter.samples if meter else [],
                             meter.jain(self.env.now) if meter else float("nan"),
-                            len(meter.inverted) if meter else 0)
+                            len(meter.inverted) if meter else 0,
+                            self.fault_count, self.lost_to_faults, self.out_gpu_s, self.restarts,
+                            self.billing.gpu_seconds, self.billing.cost, self.alloc_gpu_s,
+                            [len(j.pods) > 1 for j in jobs])
