@@ -3,6 +3,7 @@
     gpufleet scheduler [--kubeconfig PATH] --config PROFILE.yaml [--scheduler-name gpufleet]
                        [--leader-elect] [--lease-namespace gpufleet-system] [--lease-name gpufleet-scheduler]
                        [--http-port 8080] [--qps 50] [--burst 100] [--log-level INFO]
+                       [--device-fault-grace 30] [--node-fault-grace 300] [--no-fault-eviction]
     gpufleet snapshot dump [--kubeconfig PATH] [--scheduler-name gpufleet] > snap.json
     gpufleet snapshot replay snap.json [--profile NAME|FILE] [--seed N]
 
@@ -35,6 +36,7 @@ from gpufleet.kube import config as kube_config
 from gpufleet.kube import snapshot_io
 from gpufleet.kube.dump import collect
 from gpufleet.kube.errors import KubeError
+from gpufleet.kube.faults import FaultSettings
 from gpufleet.kube.leader import LeaseSettings
 from gpufleet.kube.metrics import HealthServer, Metrics
 from gpufleet.kube.rest import Rest
@@ -68,6 +70,13 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--assign-with", choices=["binding", "patch"], default="binding",
                    help="write the GPU assignment annotation in the Binding (one request, default) or PATCH it "
                         "before binding (for API servers that do not copy a Binding's annotations)")
+    p.add_argument("--device-fault-grace", type=float, default=30.0, metavar="SECONDS",
+                   help="evict the pods of a GPU unhealthy this long, and their gangs (default 30)")
+    p.add_argument("--node-fault-grace", type=float, default=300.0, metavar="SECONDS",
+                   help="evict the pods of a node NotReady this long, and their gangs (default 300, kube's "
+                        "tolerationSeconds for not-ready/unreachable)")
+    p.add_argument("--no-fault-eviction", action="store_true",
+                   help="only stop placing on failed GPUs and nodes; never evict because of a fault")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_run)
 
@@ -122,11 +131,15 @@ def _run(args: argparse.Namespace) -> int:
                                   args.retry_period)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    try:
+        faults = FaultSettings(args.device_fault_grace, args.node_fault_grace, evict=not args.no_fault_eviction)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     rest = _connect(args.kubeconfig, args.api_timeout)
     service = SchedulerService(rest, profile, ServiceSettings(
         scheduler_name=args.scheduler_name, identity=f"{identity}_{os.getpid()}" if not os.environ.get("POD_NAME")
         else identity, qps=args.qps, burst=args.burst, workers=args.workers, leader_election=lease,
-        assign=args.assign_with))
+        assign=args.assign_with, faults=faults))
     try:
         http = HealthServer(args.http_port, service.metrics, service.ready, service.leading).start()
     except OSError as exc:

@@ -11,6 +11,10 @@
 | gpufleet_gpu_fragmentation_ratio | gauge | | FGD fragmentation of free GPU-milli / all GPU-milli |
 | gpufleet_cycle_duration_seconds | histogram | | one `schedule()` call with its snapshot |
 | gpufleet_leader | gauge | | 1 while this replica leads (or runs without election) |
+| gpufleet_evictions_total | counter | result | Eviction API calls: evicted, blocked (429), failed |
+| gpufleet_faults_total | counter | kind | fault episodes seen: device (a GPU marked unhealthy), node (NotReady) |
+| gpufleet_faults_active | gauge | kind | fault episodes open now |
+| gpufleet_fault_evictions_total | counter | kind | pods evicted for a fault, gang mates included (once per episode) |
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ class Metrics:
                                buckets=LATENCY_BUCKETS, registry=r)
         self.leader = Gauge("gpufleet_leader", "1 while this replica is the leader", registry=r)
         self.evictions = Counter("gpufleet_evictions", "Eviction calls by result", ["result"], registry=r)
+        self.faults = Counter("gpufleet_faults", "Fault episodes seen (device: a GPU unhealthy; node: NotReady)",
+                              ["kind"], registry=r)
+        self.faults_active = Gauge("gpufleet_faults_active", "Fault episodes open now", ["kind"], registry=r)
+        self.fault_evictions = Counter("gpufleet_fault_evictions", "Pods evicted because of a fault, gang mates "
+                                       "included (once per pod and episode)", ["kind"], registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -16,6 +16,9 @@ A cycle, when the cache changed (and at least every `resync_s`), on the leader o
    condition (only when it changed) and a rate-limited `FailedScheduling` event; evictions go
    to the Eviction API;
 4. PodGroup status and the gauges are refreshed.
+
+Around the core: the `FaultFollower` (`kube/faults.py`) quarantines NotReady nodes in each
+snapshot and evicts the pods (and gangs) of failed devices and nodes after a grace period.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -39,6 +42,7 @@ from gpufleet.kube import translate
 from gpufleet.kube.binder import GATED_MESSAGE, UNSCHEDULABLE, Binder, status_is
 from gpufleet.kube.cache import Pending, SchedulerCache
 from gpufleet.kube.events import EventRecorder
+from gpufleet.kube.faults import FaultFollower, FaultSettings
 from gpufleet.kube.informer import Handler, Informer
 from gpufleet.kube.leader import LeaderElector, LeaseSettings
 from gpufleet.kube.metrics import Metrics
@@ -82,6 +86,7 @@ class ServiceSettings:
     metrics_interval_s: float = 1.0
     """How often the gauges and the PodGroup status are recomputed."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    faults: FaultSettings = field(default_factory=FaultSettings)
 
 
 class SchedulerService:
@@ -111,19 +116,38 @@ class SchedulerService:
         self._lost = threading.Event()
         self.queue_state = QueueState(profile.queueing)
         self._evicting: dict[PodUid, float] = {}
+        self.faults = FaultFollower(settings.faults, self.events, self.metrics)
 
     # -- lifecycle --------------------------------------------------------------------------
     def _informers(self) -> list[Informer]:
         c, stop = self.cache, self.stop_event
         return [
             Informer(self.rest, "pods", path("v1", "pods"), Handler(c.replace_pods, c.upsert_pod, c.delete_pod), stop),
-            Informer(self.rest, "nodes", path("v1", "nodes"), Handler(c.replace_nodes, c.upsert_node, c.delete_node),
-                     stop),
+            Informer(self.rest, "nodes", path("v1", "nodes"),
+                     Handler(self._replace_nodes, self._upsert_node, self._delete_node), stop),
             Informer(self.rest, "podgroups", path(PODGROUPS, "podgroups"),
                      Handler(c.replace_groups, c.upsert_group, c.delete_group), stop),
             Informer(self.rest, "queues", path(QUEUES, "queues"),
                      Handler(c.replace_queues, c.upsert_queue, c.delete_queue), stop),
         ]
+
+    # Nodes feed the cache and, as raw objects, the fault follower (conditions, taints).
+    # A fault starting or ending wakes a cycle.
+    def _upsert_node(self, obj: Mapping[str, Any]) -> None:
+        self.cache.upsert_node(obj)
+        if self.faults.upsert_node(obj):
+            self.cache.poke()
+
+    def _delete_node(self, obj: Mapping[str, Any]) -> None:
+        self.cache.delete_node(obj)
+        if self.faults.delete_node(obj):
+            self.cache.poke()
+
+    def _replace_nodes(self, objs: Iterable[Mapping[str, Any]]) -> None:
+        objs = list(objs)
+        self.cache.replace_nodes(objs)
+        if self.faults.replace_nodes(objs):
+            self.cache.poke()
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers[:2])  # CRDs may be absent: not required
@@ -186,7 +210,7 @@ class SchedulerService:
         log.info("informers synced: %d nodes, %d pending pods", len(self.cache.nodes()), len(self.cache.pending()))
         seen = -1
         while not self.stop_event.is_set() and not until():
-            version = self.cache.wait_for_change(seen, self.settings.resync_s)
+            version = self.cache.wait_for_change(seen, self._wait_s())
             if self.stop_event.is_set():
                 break
             if not self.leading():
@@ -195,6 +219,17 @@ class SchedulerService:
             seen = version
             self.cycle()
             self.stop_event.wait(self.settings.min_cycle_interval_s)
+
+    def _wait_s(self) -> float:
+        """Until the next cycle at the latest: the resync period, or sooner when a fault's grace ends."""
+        deadline = self.faults.next_deadline()
+        if deadline is None:
+            return self.settings.resync_s
+        return min(self.settings.resync_s, max(0.0, deadline - time.monotonic()) + 0.01)
+
+    def _snapshot(self) -> ClusterSnapshot:
+        """The cache's snapshot with NotReady nodes quarantined and fault times stamped."""
+        return self.faults.apply(self.cache.snapshot())
 
     def cycle(self) -> None:
         """One scheduling cycle (see the module docstring)."""
@@ -211,8 +246,10 @@ class SchedulerService:
             else:
                 specs.append(p.spec)
                 by_uid[p.spec.uid] = p
-        snapshot = self.cache.snapshot() if specs else None
-        if snapshot is not None and snapshot.cluster.n_nodes:
+        snapshot = self._snapshot() if specs or self.faults.active() else None
+        if snapshot is not None and self.faults.active():
+            self._follow_faults(snapshot)
+        if specs and snapshot is not None and snapshot.cluster.n_nodes:
             wall = time.time()
             result = schedule(snapshot, specs, self._build_profile(specs), now=wall,
                               rng=random.Random(self.settings.seed + self.cycles),
@@ -239,7 +276,7 @@ class SchedulerService:
             self._forget_gone(pending)
             self._pending_gauge(pending)
             self._groups()
-            snapshot = snapshot or self.cache.snapshot()
+            snapshot = snapshot or self._snapshot()
             self._gauges(snapshot, specs)
             self._queues(snapshot, specs)
 
@@ -257,8 +294,14 @@ class SchedulerService:
             return  # already shows it (written before a restart, or by the previous leader)
         self.binder.mark_unschedulable(p.key, p.obj, message, reason, nominated)
 
-    def _evict(self, evictions: tuple[Eviction, ...]) -> None:
-        """Victims go through the Eviction API (PDBs respected); each at most once per `eviction_retry_s`."""
+    def _follow_faults(self, snapshot: ClusterSnapshot) -> None:
+        """Evict the pods (and gangs) of devices and nodes failed for longer than their grace period."""
+        objects = {PodUid(str(translate.meta(o).get("uid"))): o for o in self.cache.bound_objects()}
+        self.faults.follow(snapshot, objects, lambda e: self._evict(e, preemption=False))
+
+    def _evict(self, evictions: tuple[Eviction, ...], *, preemption: bool = True) -> None:
+        """Victims go through the Eviction API (PDBs respected); each at most once per `eviction_retry_s`.
+        Preemption victims count against their pods' hourly preemption cap; fault victims do not."""
         if not evictions:
             return
         now = time.monotonic()
@@ -268,7 +311,9 @@ class SchedulerService:
             if obj is None or self._evicting.get(e.pod, 0.0) > now:
                 continue
             self._evicting[e.pod] = now + self.settings.eviction_retry_s
-            self.binder.evict(translate.key_of(obj), obj, e.reason).add_done_callback(self._evicted(e.pod))
+            future = self.binder.evict(translate.key_of(obj), obj, e.reason)
+            if preemption:
+                future.add_done_callback(self._evicted(e.pod))
 
     def _evicted(self, uid: PodUid) -> Callable[[Future[bool]], None]:
         def done(f: Future[bool]) -> None:
