@@ -21,10 +21,13 @@ SCHEDULER: set[tuple[str, str, str, str]] = {
     (CLUSTER, "", "pods/eviction", "create"),       # preemption through the Eviction API (PDBs)
     *((CLUSTER, g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")),
     *((CLUSTER, "", "nodes", v) for v in ("get", "list", "watch")),
+    (CLUSTER, "", "nodes", "patch"),                # --karpenter: karpenter.sh/do-not-disrupt on busy GPU nodes
     *((CLUSTER, "scheduling.x-k8s.io", "podgroups", v) for v in ("get", "list", "watch")),
     *((CLUSTER, "scheduling.x-k8s.io", "podgroups/status", v) for v in ("update", "patch")),
     *((CLUSTER, "gpufleet.io", "queues", v) for v in ("get", "list", "watch")),
     *((CLUSTER, "gpufleet.io", "queues/status", v) for v in ("update", "patch")),
+    *((CLUSTER, "karpenter.sh", "nodepools", v) for v in ("get", "list", "watch")),  # --karpenter: templates
+    *((CLUSTER, "karpenter.sh", "nodeclaims", v) for v in ("get", "list", "watch", "create")),  # in flight; created
     *((manifests.NAMESPACE, "coordination.k8s.io", "leases", v) for v in ("get", "create", "update")),
 }
 AGENT: set[tuple[str, str, str, str]] = {

@@ -4,6 +4,7 @@
                        [--leader-elect] [--lease-namespace gpufleet-system] [--lease-name gpufleet-scheduler]
                        [--http-port 8080] [--qps 50] [--burst 100] [--log-level INFO]
                        [--device-fault-grace 30] [--node-fault-grace 300] [--no-fault-eviction]
+                       [--karpenter [--karpenter-provision gangs,fractions,mig] [--no-karpenter-guard]]
     gpufleet snapshot dump [--kubeconfig PATH] [--scheduler-name gpufleet] > snap.json
     gpufleet snapshot replay snap.json [--profile NAME|FILE] [--seed N]
 
@@ -37,6 +38,7 @@ from gpufleet.kube import snapshot_io
 from gpufleet.kube.dump import collect
 from gpufleet.kube.errors import KubeError
 from gpufleet.kube.faults import FaultSettings
+from gpufleet.kube.karpenter import KINDS, KarpenterSettings
 from gpufleet.kube.leader import LeaseSettings
 from gpufleet.kube.metrics import HealthServer, Metrics
 from gpufleet.kube.rest import Rest
@@ -77,6 +79,14 @@ def add_parser(subparsers: Any) -> None:
                         "tolerationSeconds for not-ready/unreachable)")
     p.add_argument("--no-fault-eviction", action="store_true",
                    help="only stop placing on failed GPUs and nodes; never evict because of a fault")
+    p.add_argument("--karpenter", action="store_true",
+                   help="create karpenter.sh/v1 NodeClaims for pods Karpenter cannot size and keep "
+                        "karpenter.sh/do-not-disrupt on busy GPU nodes (docs/autoscaling.md)")
+    p.add_argument("--karpenter-provision", default=",".join(KINDS), metavar="KINDS",
+                   help=f"which unschedulable pods gpufleet provisions for, comma-separated from {', '.join(KINDS)} "
+                        "(default: all; the rest are left to Karpenter)")
+    p.add_argument("--no-karpenter-guard", action="store_true",
+                   help="do not manage karpenter.sh/do-not-disrupt on GPU nodes")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_run)
 
@@ -133,13 +143,15 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
     try:
         faults = FaultSettings(args.device_fault_grace, args.node_fault_grace, evict=not args.no_fault_eviction)
+        karpenter = (KarpenterSettings(frozenset(k.strip() for k in args.karpenter_provision.split(",") if k.strip()),
+                                       guard=not args.no_karpenter_guard) if args.karpenter else None)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     rest = _connect(args.kubeconfig, args.api_timeout)
     service = SchedulerService(rest, profile, ServiceSettings(
         scheduler_name=args.scheduler_name, identity=f"{identity}_{os.getpid()}" if not os.environ.get("POD_NAME")
         else identity, qps=args.qps, burst=args.burst, workers=args.workers, leader_election=lease,
-        assign=args.assign_with, faults=faults))
+        assign=args.assign_with, faults=faults, karpenter=karpenter))
     try:
         http = HealthServer(args.http_port, service.metrics, service.ready, service.leading).start()
     except OSError as exc:

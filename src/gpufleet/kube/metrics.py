@@ -15,6 +15,9 @@
 | gpufleet_faults_total | counter | kind | fault episodes seen: device (a GPU marked unhealthy), node (NotReady) |
 | gpufleet_faults_active | gauge | kind | fault episodes open now |
 | gpufleet_fault_evictions_total | counter | kind | pods evicted for a fault, gang mates included (once per episode) |
+| gpufleet_nodeclaims_created_total | counter | nodepool | Karpenter NodeClaims gpufleet created (`--karpenter`) |
+| gpufleet_nodeclaim_errors_total | counter | reason | NodeClaim creations that failed |
+| gpufleet_do_not_disrupt_nodes | gauge | | GPU nodes gpufleet keeps `karpenter.sh/do-not-disrupt` on (GPUs busy) |
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ class Metrics:
         self.faults_active = Gauge("gpufleet_faults_active", "Fault episodes open now", ["kind"], registry=r)
         self.fault_evictions = Counter("gpufleet_fault_evictions", "Pods evicted because of a fault, gang mates "
                                        "included (once per pod and episode)", ["kind"], registry=r)
+        self.nodeclaims = Counter("gpufleet_nodeclaims_created", "Karpenter NodeClaims created by gpufleet",
+                                  ["nodepool"], registry=r)
+        self.nodeclaim_errors = Counter("gpufleet_nodeclaim_errors", "NodeClaim creations that failed", ["reason"],
+                                        registry=r)
+        self.do_not_disrupt = Gauge("gpufleet_do_not_disrupt_nodes",
+                                    "GPU nodes gpufleet keeps karpenter.sh/do-not-disrupt on (GPUs busy)", registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -18,7 +18,10 @@ A cycle, when the cache changed (and at least every `resync_s`), on the leader o
 4. PodGroup status and the gauges are refreshed.
 
 Around the core: the `FaultFollower` (`kube/faults.py`) quarantines NotReady nodes in each
-snapshot and evicts the pods (and gangs) of failed devices and nodes after a grace period.
+snapshot and evicts the pods (and gangs) of failed devices and nodes after a grace period;
+with `--karpenter` the `Provisioner` (`kube/karpenter.py`) creates NodeClaims for the
+unschedulable pods Karpenter cannot size and keeps `karpenter.sh/do-not-disrupt` on busy GPU
+nodes.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from gpufleet.kube.cache import Pending, SchedulerCache
 from gpufleet.kube.events import EventRecorder
 from gpufleet.kube.faults import FaultFollower, FaultSettings
 from gpufleet.kube.informer import Handler, Informer
+from gpufleet.kube.karpenter import KarpenterSettings, Provisioner
 from gpufleet.kube.leader import LeaderElector, LeaseSettings
 from gpufleet.kube.metrics import Metrics
 from gpufleet.kube.queues import QueueState, queue_status
@@ -87,6 +91,8 @@ class ServiceSettings:
     """How often the gauges and the PodGroup status are recomputed."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     faults: FaultSettings = field(default_factory=FaultSettings)
+    karpenter: KarpenterSettings | None = None
+    """None: no Karpenter integration (`--karpenter` off)."""
 
 
 class SchedulerService:
@@ -117,6 +123,10 @@ class SchedulerService:
         self.queue_state = QueueState(profile.queueing)
         self._evicting: dict[PodUid, float] = {}
         self.faults = FaultFollower(settings.faults, self.events, self.metrics)
+        self.karpenter = (Provisioner(rest, self.retrier, self.metrics, settings.karpenter)
+                          if settings.karpenter is not None else None)
+        self._covered: dict[PodUid, str] = {}
+        """Pending pods -> the NodeClaim gpufleet provisioned for them (last provisioning)."""
 
     # -- lifecycle --------------------------------------------------------------------------
     def _informers(self) -> list[Informer]:
@@ -131,21 +141,27 @@ class SchedulerService:
                      Handler(c.replace_queues, c.upsert_queue, c.delete_queue), stop),
         ]
 
-    # Nodes feed the cache and, as raw objects, the fault follower (conditions, taints).
-    # A fault starting or ending wakes a cycle.
+    # Nodes feed the cache and, as raw objects, the fault follower (conditions, taints) and the
+    # consolidation guard (annotations). A fault starting or ending wakes a cycle.
     def _upsert_node(self, obj: Mapping[str, Any]) -> None:
         self.cache.upsert_node(obj)
+        if self.karpenter is not None:
+            self.karpenter.guard.upsert_node(obj)
         if self.faults.upsert_node(obj):
             self.cache.poke()
 
     def _delete_node(self, obj: Mapping[str, Any]) -> None:
         self.cache.delete_node(obj)
+        if self.karpenter is not None:
+            self.karpenter.guard.delete_node(obj)
         if self.faults.delete_node(obj):
             self.cache.poke()
 
     def _replace_nodes(self, objs: Iterable[Mapping[str, Any]]) -> None:
         objs = list(objs)
         self.cache.replace_nodes(objs)
+        if self.karpenter is not None:
+            self.karpenter.guard.replace_nodes(objs)
         if self.faults.replace_nodes(objs):
             self.cache.poke()
 
@@ -164,6 +180,9 @@ class SchedulerService:
     def start(self) -> None:
         for i in self.informers:
             i.start()
+        if self.karpenter is not None:
+            self.karpenter.check_api()
+            self.karpenter.start_informers(self.stop_event)
         if self.elector is not None:
             threading.Thread(target=self.elector.run, args=(self._on_lead, self._on_lose), name="leader",
                              daemon=True).start()
@@ -192,6 +211,8 @@ class SchedulerService:
         pod's grace period); they were only decisions, which the next leader makes again.
         """
         self.binder.close()
+        if self.karpenter is not None:
+            self.karpenter.close()
         if self.elector is not None:
             self.elector.stop()
             self.elector.release()
@@ -246,12 +267,15 @@ class SchedulerService:
             else:
                 specs.append(p.spec)
                 by_uid[p.spec.uid] = p
+        if not specs:
+            self._covered = {}
         snapshot = self._snapshot() if specs or self.faults.active() else None
         if snapshot is not None and self.faults.active():
             self._follow_faults(snapshot)
         if specs and snapshot is not None and snapshot.cluster.n_nodes:
             wall = time.time()
-            result = schedule(snapshot, specs, self._build_profile(specs), now=wall,
+            profile = self._build_profile(specs)
+            result = schedule(snapshot, specs, profile, now=wall,
                               rng=random.Random(self.settings.seed + self.cycles),
                               queues=self.queue_state.context(self.cache.queues(), snapshot, specs, wall))
             self.cycles += 1
@@ -262,12 +286,19 @@ class SchedulerService:
                 self._written.pop(pod.key, None)
                 self.binder.bind(pod.key, pod.obj, placement, nodes[placement.node], pod.seen)
             self.metrics.attempts.labels("scheduled").inc(len(result.binds))
+            self._covered = (self.karpenter.provision(snapshot, specs, result.unschedulable, profile, wall)
+                             if self.karpenter is not None and result.unschedulable else {})
             for uid, status in result.unschedulable.items():
-                self._report(by_uid[uid], status.message or "no reason given", UNSCHEDULABLE)
+                message = status.message or "no reason given"
+                claim = self._covered.get(uid)
+                if claim is not None:  # a nominatedNodeName makes Karpenter leave the pod to gpufleet
+                    message = f"waiting for NodeClaim {claim}, created by gpufleet: {message}"
+                self._report(by_uid[uid], message, UNSCHEDULABLE, nominated=claim)
             self.metrics.attempts.labels("unschedulable").inc(len(result.unschedulable))
             self._evict(result.evictions)
             self._nominate(result.nominated, result.evictions, by_uid)
         elif specs:
+            self._covered = {}
             for p in by_uid.values():
                 self._report(p, "0/0 nodes are available.", UNSCHEDULABLE)
         if time.monotonic() - self._last_gauges >= self.settings.metrics_interval_s:
@@ -279,6 +310,8 @@ class SchedulerService:
             snapshot = snapshot or self._snapshot()
             self._gauges(snapshot, specs)
             self._queues(snapshot, specs)
+            if self.karpenter is not None and self.karpenter.settings.guard:
+                self.karpenter.guard.update(snapshot, self.karpenter.waiting_nodes(self._covered))
 
     def _report(self, p: Pending, message: str, reason: str, nominated: str | None = None) -> None:
         marker = f"{reason}\n{message}\n{nominated or ''}"
@@ -287,7 +320,8 @@ class SchedulerService:
         if written is not None:
             if written[0] == marker:
                 return
-            if written[0].startswith(reason + "\n") and now - written[1] < self.settings.status_interval_s:
+            if written[0].startswith(reason + "\n") and written[0].endswith(f"\n{nominated or ''}") \
+                    and now - written[1] < self.settings.status_interval_s:
                 return  # only the counts changed: rewrite at most every status_interval_s
         self._written[p.key] = (marker, now)
         if status_is(p.obj, reason, message, nominated):
