@@ -103,12 +103,16 @@ def test_a_device_unhealthy_forever_never_comes_back_until_its_node_restarts() -
     assert events(rebooted, 0)[-2][0] == 1000.0 + HOST.repair_s, "the node's restart brought the device back"
 
 
-def test_a_node_fault_releases_pods_after_detection_plus_the_policy_grace() -> None:
+def test_a_node_fault_releases_pods_after_detection_and_tolerationseconds_and_gangs_no_later() -> None:
     w = Workload("w", three_nodes(), (solo("x", 1, 5_000.0),))
     node = first_node(w, w.jobs[0].pods[0])
     fault = [InjectedFault(50.0, NodeFault(node, HOST.reason), HOST)]
-    assert run(w, "gpufleet", fault).restarts == [(0, 70.0)]
-    assert run(w, "unhealthy-forever", fault).restarts == [(0, 340.0)]
+    assert run(w, "gpufleet", fault).restarts == run(w, "unhealthy-forever", fault).restarts == [(0, 340.0)]
+    w = Workload("w", (*three_nodes(), make_node("d").gpus(2).build()), (gang("g", 2, 2, 10_000.0),))
+    node = first_node(w, w.jobs[0].pods[0])
+    fault = [InjectedFault(50.0, NodeFault(node, HOST.reason), HOST)]
+    assert run(w, "gpufleet", fault).restarts == [(0, 340.0)], "the gang goes with the node's pods"
+    assert run(w, "unhealthy-forever", fault).restarts == [(0, 600.0)], "survivors hang until NCCL times out"
 
 
 def test_without_checkpoints_an_interrupted_job_restarts_from_zero() -> None:

@@ -109,14 +109,16 @@ class FaultPolicy:
 NODE_MONITOR_GRACE_S = 40.0
 """kube-controller-manager's --node-monitor-grace-period: a dead node is NotReady after it."""
 GPUFLEET_GRACE_S = 30.0
-"""gpufleet's grace before evicting the rest of a gang, or the pods of a NotReady node."""
+"""gpufleet's grace before evicting the rest of a gang whose member lost its GPU (the live
+scheduler's --device-fault-grace). For a NotReady node it waits as long as Kubernetes does
+(--node-fault-grace, tolerationSeconds), then evicts the node's pods and their gang mates."""
 NCCL_TIMEOUT_S = 600.0
 """PyTorch's default NCCL process-group timeout: survivors of a dead rank hang this long."""
 TOLERATION_S = 300.0
 """Kubernetes' default tolerationSeconds for not-ready/unreachable: pods stay bound this long."""
 
 POLICIES: dict[str, FaultPolicy] = {
-    "gpufleet": FaultPolicy("gpufleet", "device", True, GPUFLEET_GRACE_S, NODE_MONITOR_GRACE_S + GPUFLEET_GRACE_S,
+    "gpufleet": FaultPolicy("gpufleet", "device", True, GPUFLEET_GRACE_S, NODE_MONITOR_GRACE_S + TOLERATION_S,
                             True),
     "drain-node": FaultPolicy("drain-node", "node", True, NCCL_TIMEOUT_S, NODE_MONITOR_GRACE_S + TOLERATION_S,
                               False),
