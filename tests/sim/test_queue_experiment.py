@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -13,24 +12,10 @@ from gpufleet.cli.main import main
 from gpufleet.sim import queue_experiment
 from gpufleet.sim.traces import openb, philly
 
-WriteFile = Callable[[str, str], Path]
-THROUGHPUTS = {"v100": {"('ResNet-18 (batch size 32)', 1)": {"null": 1.0},
-                        "('ResNet-18 (batch size 32)', 8)": {"null": 8.0}}}
 
-
-def _trace(write_file: WriteFile) -> Path:
-    root = write_file(f"{philly.SUBDIR}/{philly.THROUGHPUTS}", json.dumps(THROUGHPUTS)).parent.parent
-    write_file(f"{philly.SUBDIR}/{philly.CLUSTER_SPECS}", json.dumps({"philly": ["16:0:0"]}))
-    for vc, gpus, steps in (("aaa", 8, 8000), ("bbb", 1, 500), ("ccc", 16, 16000)):
-        rows = ["\t".join(["ResNet-18 (batch size 32)", "python3 train.py", "-n", "1", str(steps), f"{t * 60}.0",
-                           str(gpus)]) for t in range(6)]
-        write_file(f"{philly.SUBDIR}/{philly.TRACES}/{vc}.trace", "\n".join(rows) + "\n")
-    return root
-
-
-def test_the_experiment_writes_every_kpi_for_every_policy(write_file: WriteFile, tmp_path: Path,
+def test_the_experiment_writes_every_kpi_for_every_policy(small_philly: Path, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    root = _trace(write_file)
+    root = small_philly
     out = tmp_path / "q.json"
     code = main(["experiment", "queues", "--trace-dir", str(root), "--json", str(out), "--workers", "1",
                  "--out", str(tmp_path / "report")])
@@ -45,9 +30,9 @@ def test_the_experiment_writes_every_kpi_for_every_policy(write_file: WriteFile,
     assert "<img" in (tmp_path / "report" / "report.html").read_text()
 
 
-def test_an_unknown_policy_is_a_one_line_error(write_file: WriteFile, tmp_path: Path,
+def test_an_unknown_policy_is_a_one_line_error(small_philly: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    root = _trace(write_file)
+    root = small_philly
     code = main(["experiment", "queues", "--trace-dir", str(root), "--json", str(tmp_path / "q.json"),
                  "--policies", "fifo,drr"])
     assert code == 2

@@ -1,0 +1,60 @@
+"""Reports of the failure experiment: a terminal table and one PNG with three panels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from gpufleet.sim.fault_experiment import FaultRun  # noqa: E402
+
+COLUMNS = (("faults", "faults/seed", 1.0), ("gpu_hours_lost_to_faults", "GPU-h lost", 1.0),
+           ("gpu_hours_out_of_service", "GPU-h out of service", 1.0),
+           ("gang_restart_s_mean", "gang back (min)", 1 / 60), ("gang_restarts", "gangs hit", 1.0),
+           ("restart_s_mean", "any job back (min)", 1 / 60), ("never_restarted", "never back", 1.0),
+           ("jct_mean_s", "mean JCT (h)", 1 / 3600), ("gpu_utilisation", "GPU util", 1.0))
+
+
+def terminal_table(rows: dict[str, dict[str, float]], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("policy")
+    for _, label, _ in COLUMNS:
+        table.add_column(label, justify="right")
+    for arm, row in rows.items():
+        table.add_row(arm, *(f"{row[key] * scale:.3g}" for key, _, scale in COLUMNS))
+    Console(stderr=True, width=160).print(table)
+
+
+def write_png(runs: Sequence[FaultRun], rows: dict[str, dict[str, float]], path: Path, title: str) -> None:
+    """GPU-hours lost per seed, out-of-service GPU-hours per seed, and every gang's time to run again."""
+    arms = list(rows)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    for ax, key, label in ((axes[0], "gpu_hours_lost_to_faults", "GPU-hours lost to faults (per seed)"),
+                           (axes[1], "gpu_hours_out_of_service", "GPU-hours out of service (per seed)")):
+        ax.bar(arms, [rows[a][key] for a in arms], yerr=[rows[a][f"{key}_ci95"] for a in arms],
+               color=[f"C{k}" for k in range(len(arms))], capsize=4)
+        for k, arm in enumerate(arms):
+            ax.scatter([k] * len([r for r in runs if r.arm == arm]), [r.summary[key] for r in runs if r.arm == arm],
+                       color="k", s=6, zorder=3)
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    ax = axes[2]
+    data = [[d / 60 for r in runs if r.arm == arm for d in r.gang_restarts] or [float("nan")] for arm in arms]
+    ax.boxplot(data, showmeans=True)
+    ax.set_xticks(range(1, len(arms) + 1), arms, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_title("minutes from the fault until a hit gang runs again", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
