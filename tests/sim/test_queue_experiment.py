@@ -37,6 +37,23 @@ def test_an_unknown_policy_is_a_one_line_error(small_philly: Path, tmp_path: Pat
                  "--policies", "fifo,drr"])
     assert code == 2
     assert "unknown policy drr" in capsys.readouterr().err
+    code = main(["experiment", "queues", "--trace-dir", str(root), "--json", str(tmp_path / "q.json"),
+                 "--checkpoint-s", "-5"])
+    assert code == 2
+    assert "--checkpoint-s must be non-negative, got -5.0" in capsys.readouterr().err
+
+
+def test_checkpoints_cut_the_work_preemption_throws_away(small_philly: Path, tmp_path: Path) -> None:
+    lost = {}
+    for every in ("0", "30"):
+        out = tmp_path / f"q{every}.json"
+        assert main(["experiment", "queues", "--trace-dir", str(small_philly), "--json", str(out), "--workers", "1",
+                     "--policies", "las", "--checkpoint-s", every]) == 0
+        doc = json.loads(out.read_text())
+        assert doc["meta"]["checkpoint_s"] == float(every)
+        lost[every] = doc["policies"]["las"]["gpu_hours_lost"]
+    assert lost["0"] > 0, "las preempts on this trace"
+    assert lost["30"] < lost["0"]
 
 
 def test_dominated_names_the_policies_better_on_all_three_kpis() -> None:

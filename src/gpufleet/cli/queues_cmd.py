@@ -30,6 +30,9 @@ def add_experiment(exp_sub: Any) -> None:
     q.add_argument("--time-scale", type=float, default=1.0, help="divide arrival times by this")
     q.add_argument("--policies", default=",".join(queue_experiment.QUEUE_POLICIES),
                    help=f"comma-separated, from: {', '.join(queue_experiment.QUEUE_POLICIES)}")
+    q.add_argument("--checkpoint-s", type=float, default=0.0,
+                   help="jobs checkpoint this often; a preempted job restarts from its last checkpoint "
+                        "(default 0: from zero)")
     q.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: one per CPU)")
     q.add_argument("--json", type=Path, required=True, help="write the table here")
     q.add_argument("--out", type=Path, help="also write report.html and its plots into this directory")
@@ -57,14 +60,18 @@ def _run(args: argparse.Namespace) -> int:
     if unknown or not policies:
         raise UsageError(f"unknown policy {unknown[0] if unknown else '(none)'}; "
                          f"known: {', '.join(queue_experiment.QUEUE_POLICIES)}")
+    if args.checkpoint_s < 0:
+        raise UsageError(f"--checkpoint-s must be non-negative, got {args.checkpoint_s}")
     workload = _workload(args)
     start = time.perf_counter()
     with Progress() as progress:
         task = progress.add_task(f"{workload.name}: {len(policies)} policies", total=len(policies))
-        runs = queue_experiment.run_all(workload, policies, max(1, args.workers), lambda _r: progress.advance(task))
+        runs = queue_experiment.run_all(workload, policies, max(1, args.workers), lambda _r: progress.advance(task),
+                                         args.checkpoint_s or None)
     rows = queue_experiment.table(runs)
     meta = {"workload": workload.description, "jobs": len(workload.jobs), "nodes": len(workload.nodes),
             "queues": len(workload.queues) or 1, "time_scale": args.time_scale,
+            "checkpoint_s": args.checkpoint_s,
             "seconds": round(time.perf_counter() - start, 1)}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"meta": meta, "policies": rows}, indent=2) + "\n")

@@ -58,17 +58,19 @@ class QueueRun:
     utilisation: list[tuple[float, float]]
 
 
-def _one(workload: Workload, policy: str) -> QueueRun:
-    result = replay(workload, profile_for(policy), 0)
+def _one(shared: tuple[Workload, float | None], policy: str) -> QueueRun:
+    workload, checkpoint_s = shared
+    result = replay(workload, profile_for(policy), 0, checkpoint_s=checkpoint_s)
     step = max(1, len(result.utilisation) // 400)
     return QueueRun(policy, result.summary(), result.queue_samples, result.utilisation[::step])
 
 
 def run_all(workload: Workload, policies: Sequence[str], workers: int,
-            on_done: Callable[[QueueRun], None] | None = None) -> list[QueueRun]:
+            on_done: Callable[[QueueRun], None] | None = None, checkpoint_s: float | None = None) -> list[QueueRun]:
+    """Replay every policy; with `checkpoint_s` a preempted job restarts from its last checkpoint."""
     for p in policies:
         profile_for(p)  # unknown names fail before any work starts
-    runs = parallel.run_jobs(_one, workload, [(p,) for p in policies], workers, on_done)
+    runs = parallel.run_jobs(_one, (workload, checkpoint_s), [(p,) for p in policies], workers, on_done)
     return sorted(runs, key=lambda r: list(policies).index(r.policy))
 
 
