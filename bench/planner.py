@@ -5,9 +5,11 @@ the `cluster_gen.pods()` mix (setup, not timed). The pending pods are 10,000 mor
 mix, with 5 % of the fractions turned into MIG 1g.10gb requests (the mix has no MIG). The 20
 templates cover four GPU models with 1/2/4/8 GPUs, three MIG layouts and one CPU-only node.
 
-Beside `plan()` it runs a naive Karpenter-like provisioner on the same pods: pod by pod, a
-fraction or a MIG slice counts as a whole GPU, gang members are separate pods; each pod goes
-on the first new node with room, else on a new node of the cheapest template that hosts it.
+Beside `plan()` it runs the Karpenter-like provisioner of the simulator
+(`gpufleet.sim.provisioners.karpenter_batch`) on the same pods: pod by pod, a fraction or a MIG
+slice counts as a whole GPU, gang members are separate pods; each pod goes on the new node of
+the batch with the fewest pods that can still take it, else on a new node, which launches as
+the cheapest template that holds all its pods.
 Prints a table; with --json the last line is one JSON object.
 
     .venv/bin/python bench/planner.py [--nodes 500] [--pods 10000] [--repeat 3] [--json]
@@ -29,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cluster_gen  # noqa: E402
 
 from gpufleet.autoscale import NodeTemplate, plan  # noqa: E402
-from gpufleet.autoscale.fit import Demand, Room, static_reason  # noqa: E402
 from gpufleet.core.cycle import schedule  # noqa: E402
 from gpufleet.framework.profile import build_profile  # noqa: E402
 from gpufleet.framework.profiles import builtin  # noqa: E402
-from gpufleet.model import ClusterSnapshot, GpuKind, PodSpec, mig, mig_slices, whole_gpus  # noqa: E402
+from gpufleet.model import ClusterSnapshot, GpuKind, PodSpec, mig_slices  # noqa: E402
+from gpufleet.sim.provisioners import karpenter_batch  # noqa: E402
 
 GIB = 1024
 # (model, GPU memory GiB, price per GPU-hour)
@@ -76,39 +78,6 @@ def existing(n_nodes: int, rng: random.Random) -> ClusterSnapshot:
     return snap.apply(result.binds)
 
 
-def naive(left: list[PodSpec], tpls: list[NodeTemplate]) -> dict[str, float]:
-    """Karpenter-like, pod by pod: a fraction or MIG slice is one whole GPU; no gangs."""
-    probes = [t.node_info(f"probe-{t.name}") for t in tpls]
-    rooms: list[Room] = []
-    open_rooms: list[Room] = []
-    cost = 0.0
-    unplaced = 0
-    for pod in left:
-        g = pod.gpu
-        if g.kind is GpuKind.FRACTION:
-            pod = dataclasses.replace(pod, gpu=whole_gpus(1))
-        elif g.kind is GpuKind.MIG:
-            models = {m for m, _, _ in MODELS if g.mig_profile in mig.profiles_for(m)}
-            pod = dataclasses.replace(pod, gpu=whole_gpus(1), gpu_models=frozenset(models & (pod.gpu_models or models)))
-        d = Demand.of(pod)
-        ok = [i for i, (t, pr) in enumerate(zip(tpls, probes)) if static_reason(t, pr, pod) is None]
-        room = next((r for r in open_rooms if r.template in ok and r.count(d) > 0), None)
-        if room is None:
-            if not ok:
-                unplaced += 1
-                continue
-            t = min(ok, key=lambda i: (tpls[i].price_per_hour, tpls[i].name))
-            room = Room(t, tpls[t])
-            rooms.append(room)
-            open_rooms.append(room)
-            cost += tpls[t].price_per_hour
-        room.take(d, [pod.uid])
-        if room.slots == 0 or room.cpu < 500 or (tpls[room.template].gpus and not room.has_gpu_left()):
-            open_rooms.remove(room)  # Karpenter-like: a node with no GPU or pod slot left is closed
-    return {"nodes": len(rooms), "gpus": sum(tpls[r.template].gpus for r in rooms), "cost_per_hour": round(cost, 2),
-            "unplaced": unplaced}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=500)
@@ -135,7 +104,7 @@ def main() -> None:
     fits_now = set(result.fits_now)
     left = [p for p in pods if p.uid not in fits_now]
     t0 = time.perf_counter()
-    base = naive(left, tpls)
+    base = karpenter_batch(left, tpls).summary()
     naive_s = time.perf_counter() - t0
     used = snap.gpu_allocated_milli() / max(snap.gpu_capacity_milli(), 1)
     out = {
