@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpufleet.cli import faults_cmd, queues_cmd
+from gpufleet.cli import autoscale_cmd, faults_cmd, queues_cmd
 from gpufleet.cli.main import UsageError
 from dataclasses import replace
 
@@ -59,6 +59,7 @@ def add_parser(sub: Any) -> None:
     fgd.add_argument("--json", type=Path, required=True, help="write the summary here")
     fgd.set_defaults(func=_experiment)
     queues_cmd.add_experiment(exp_sub)
+    autoscale_cmd.add_experiment(exp_sub)
     faults_cmd.add_experiment(exp_sub)
 
 
