@@ -1,4 +1,4 @@
-"""Karpenter (`karpenter.sh/v1`): NodeClaims for what Karpenter cannot size, and a GPU-aware consolidation guard.
+"""Karpenter (`karpenter.sh/v1`): NodeClaims for what Karpenter cannot size.
 
 **Who provisions what.** Every pod gpufleet cannot place gets `PodScheduled=False`, reason
 `Unschedulable`, no `nominatedNodeName`: exactly what Karpenter provisions for. Karpenter
@@ -24,68 +24,39 @@ same pod. A gang is planned only once all its members exist, so a gang that fits
 gets one plan covering all of it. NodeClaims just created are remembered until the informer
 shows them, so a cycle in between does not create them again.
 
-**A NodePool gpufleet can size** says what one node is, from, in this order: the NodePool
-annotation `gpufleet.io/node-shape` (JSON), single-valued `In` requirements of the
-well-known labels (`node.kubernetes.io/instance-type`, `karpenter.k8s.aws/instance-cpu`,
-`-memory`, `-gpu-count`, `-gpu-name`, `-gpu-memory`), and the template's labels
-(`nvidia.com/gpu.product`, `.count`, `.memory`). Limits come from `spec.limits`
-(`nvidia.com/gpu`, `cpu`, `memory`, `nodes`) against the pool's nodes and unregistered
-NodeClaims. NodePools without any GPU hint are CPU pools and are skipped.
-
-**Consolidation guard** (`Guard`): Karpenter consolidates by what pods request, so a GPU node
-running one long training job on few CPUs looks underutilized. gpufleet annotates each GPU
-node of a NodePool whose GPUs are in use (from the snapshot: GPU-milli, MIG slices) or that
-pending pods are waiting for with `karpenter.sh/do-not-disrupt: "true"` (which blocks
-consolidation and drift of a Node), marked `gpufleet.io/do-not-disrupt: gpus-busy`, and
-removes both when its GPUs are idle, so Karpenter may consolidate it. An annotation someone
-else set (without the marker) is never touched.
+Which NodePools gpufleet can size, and how a NodeClaim body is built (`pool_template`,
+`limited`, `claim_body`), is in `kube/nodepools.py`. The GPU-aware consolidation guard each
+`Provisioner` owns (`Provisioner.guard`, a `Guard`) is in `kube/consolidation.py`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import secrets
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
-from math import ceil
-from types import MappingProxyType
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
-from gpufleet.autoscale import TEMPLATE_LABEL, NodeTemplate, plan
-from gpufleet.autoscale.removal import gpu_use
+from gpufleet.autoscale import NodeTemplate, plan
 from gpufleet.core.cycle import schedule
 from gpufleet.framework.profile import Profile
 from gpufleet.kube import translate
+from gpufleet.kube.consolidation import Guard
 from gpufleet.kube.errors import KubeError, TemporaryError
 from gpufleet.kube.informer import Handler, Informer
 from gpufleet.kube.metrics import Metrics
+from gpufleet.kube.nodepools import (GROUP_VERSION, NODEPOOL_LABEL, OWNER_LABEL, PODS_ANNOTATION, claim_body, limited,
+                                     pool_template)
 from gpufleet.kube.rest import Rest, path
 from gpufleet.kube.retry import Retrier
-from gpufleet.model import (GPU_MILLI, GPU_PRODUCT_LABEL, Cluster, ClusterSnapshot, GpuKind, ModelError, NodeInfo,
-                            NodeName, PodSpec, PodUid, Taint, TaintEffect, Usage)
-from gpufleet.model import annotations as ann
-from gpufleet.model import units
+from gpufleet.model import Cluster, ClusterSnapshot, GpuKind, ModelError, NodeInfo, NodeName, PodSpec, PodUid, Usage
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
 
-GROUP_VERSION = "karpenter.sh/v1"
-NODEPOOL_LABEL = "karpenter.sh/nodepool"
-DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
-SHAPE_ANNOTATION = "gpufleet.io/node-shape"
-"""On a NodePool: JSON describing one node of it (see `Shape`)."""
-OWNER_LABEL = "gpufleet.io/provisioner"
-"""On NodeClaims gpufleet created: `gpufleet`."""
-PODS_ANNOTATION = "gpufleet.io/planned-pods"
-"""On NodeClaims gpufleet created: the pods it was planned for (`ns/name ...`), for people."""
-GUARD_ANNOTATION = "gpufleet.io/do-not-disrupt"
-"""On nodes: marks a `karpenter.sh/do-not-disrupt` that gpufleet set (and may remove)."""
-INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-AWS = "karpenter.k8s.aws/"
 KINDS = ("gangs", "fractions", "mig")
 
 
@@ -109,124 +80,6 @@ class KarpenterSettings:
         if unknown:
             raise ValueError(f"unknown kind(s) to provision for: {', '.join(sorted(unknown))}; "
                              f"known: {', '.join(KINDS)}")
-
-
-# -- NodePool -> NodeTemplate -------------------------------------------------------------
-
-SHAPE_KEYS = {"instanceType": str, "gpuProduct": str, "gpus": int, "gpuMemoryMiB": int, "cpu": (str, int),
-              "memory": (str, int), "pricePerHour": (int, float), "startSeconds": (int, float),
-              "migLayout": list, "maxPods": int}
-"""The `gpufleet.io/node-shape` fields and their JSON types; cpu and memory are quantities."""
-
-
-def pool_template(pool: Obj) -> NodeTemplate | None:
-    """The node one NodePool would add, or None for a pool without GPUs; raises ModelError naming the field."""
-    name = str(translate.meta(pool).get("name", ""))
-    where = f"NodePool {name}"
-    template = (pool.get("spec") or {}).get("template") or {}
-    tmeta, tspec = template.get("metadata") or {}, template.get("spec") or {}
-    shape = _shape(translate.meta(pool), where)
-    single = _single_values(tspec.get("requirements") or ())
-    labels: dict[str, str] = {**(tmeta.get("labels") or {}), **single, NODEPOOL_LABEL: name}
-
-    def pick(key: str, *sources: tuple[Mapping[str, Any], str]) -> Any:
-        if key in shape:
-            return shape[key]
-        return next((m[k] for m, k in sources if m.get(k) not in (None, "")), None)
-    gpus = pick("gpus", (single, AWS + "instance-gpu-count"), (labels, "nvidia.com/gpu.count"))
-    product = pick("gpuProduct", (labels, GPU_PRODUCT_LABEL), (single, AWS + "instance-gpu-name"))
-    if gpus is None and product is None and not shape:
-        return None  # a CPU pool: not gpufleet's to provision from
-    missing = [what for what, v in (("the GPU count (gpus)", gpus), ("the GPU product (gpuProduct)", product)) if v is None]
-    gpu_mem = pick("gpuMemoryMiB", (single, AWS + "instance-gpu-memory"), (labels, "nvidia.com/gpu.memory"))
-    cpu = pick("cpu", (single, AWS + "instance-cpu"))
-    mem = pick("memory", (single, AWS + "instance-memory"))
-    missing += [what for what, v in (("the GPU memory (gpuMemoryMiB)", gpu_mem), ("the node's CPU (cpu)", cpu),
-                                      ("the node's memory (memory)", mem)) if v is None]
-    if missing:
-        raise ModelError(where, f"cannot tell {', '.join(missing)} of its nodes: give them in the annotation "
-                                f"{SHAPE_ANNOTATION} or as single-valued 'In' requirements ({AWS}instance-gpu-count, "
-                                f"-gpu-name, -gpu-memory, -cpu, -memory)")
-    instance_type = pick("instanceType", (single, INSTANCE_TYPE))
-    if instance_type:
-        labels[INSTANCE_TYPE] = str(instance_type)
-    n = units.count(gpus, f"{where}: gpus")
-    return NodeTemplate(
-        name=name, cpu_milli=units.cpu_milli(cpu, f"{where}: cpu"),
-        mem_mib=units.mem_mib(mem, f"{where}: memory") if "memory" in shape else units.count(mem, f"{where}: memory"),
-        price_per_hour=float(shape.get("pricePerHour", n)), gpu_model=str(product), gpus=n,
-        gpu_mem_mib=units.count(gpu_mem, f"{where}: gpuMemoryMiB"), mig_layout=tuple(shape.get("migLayout") or ()),
-        max_pods=int(shape.get("maxPods", 110)), labels=MappingProxyType(labels),
-        taints=tuple(_taint(t) for t in tspec.get("taints") or ()), start_delay_s=float(shape.get("startSeconds", 0)))
-
-
-def _shape(m: Obj, where: str) -> dict[str, Any]:
-    text = (m.get("annotations") or {}).get(SHAPE_ANNOTATION)
-    if not text:
-        return {}
-    here = f"{where}: annotation {SHAPE_ANNOTATION}"
-    try:
-        shape = json.loads(text)
-    except ValueError as exc:
-        raise ModelError(here, f"not valid JSON: {exc}") from None
-    if not isinstance(shape, dict):
-        raise ModelError(here, "must be a JSON object")
-    for k, v in shape.items():
-        if k not in SHAPE_KEYS:
-            raise ModelError(f"{here}: {k}", f"unknown field; known: {', '.join(SHAPE_KEYS)}")
-        if not isinstance(v, SHAPE_KEYS[k]) or isinstance(v, bool):  # type: ignore[arg-type]
-            raise ModelError(f"{here}: {k}", f"wrong type: {v!r}")
-    return shape
-
-
-def _single_values(requirements: Iterable[Obj]) -> dict[str, str]:
-    return {str(r.get("key")): str(r["values"][0]) for r in requirements
-            if r.get("operator") == "In" and len(r.get("values") or ()) == 1}
-
-
-def _taint(t: Obj) -> Taint:
-    return Taint(str(t.get("key", "")), str(t.get("value") or ""), TaintEffect(t.get("effect", "NoSchedule")))
-
-
-def claim_body(pool: Obj, template: NodeTemplate, name: str, pods: Sequence[PodSpec]) -> dict[str, Any]:
-    """A NodeClaim for one planned node of `pool`, as Karpenter's own provisioner shapes it."""
-    m = translate.meta(pool)
-    t = (pool.get("spec") or {}).get("template") or {}
-    tmeta, tspec = t.get("metadata") or {}, t.get("spec") or {}
-    instance_type = template.labels.get(INSTANCE_TYPE)
-    requirements = [dict(r) for r in tspec.get("requirements") or ()
-                    if not (instance_type and r.get("key") == INSTANCE_TYPE)]
-    if instance_type:
-        requirements.append({"key": INSTANCE_TYPE, "operator": "In", "values": [instance_type]})
-    keys = {r.get("key") for r in requirements}
-    pool_labels = {**(tmeta.get("labels") or {}), NODEPOOL_LABEL: template.name}
-    requirements += [{"key": k, "operator": "In", "values": [v]} for k, v in sorted(pool_labels.items()) if k not in keys]
-    labels = {**pool_labels, TEMPLATE_LABEL: template.name, OWNER_LABEL: "gpufleet"}
-    spec: dict[str, Any] = {"nodeClassRef": dict(tspec.get("nodeClassRef") or {}), "requirements": requirements,
-                            "resources": {"requests": _requests(pods, template)}}
-    for key in ("taints", "startupTaints", "expireAfter", "terminationGracePeriod"):
-        if tspec.get(key):
-            spec[key] = tspec[key]
-    return {"apiVersion": GROUP_VERSION, "kind": "NodeClaim",
-            "metadata": {"name": name, "labels": labels,
-                         "annotations": {**(tmeta.get("annotations") or {}),
-                                         PODS_ANNOTATION: " ".join(p.key for p in pods)[:4096]},
-                         "ownerReferences": [{"apiVersion": GROUP_VERSION, "kind": "NodePool", "name": m.get("name"),
-                                              "uid": m.get("uid")}]},
-            "spec": spec}
-
-
-def _requests(pods: Sequence[PodSpec], template: NodeTemplate) -> dict[str, str]:
-    """CPU, memory and the whole GPUs the planned pods use. Karpenter matches requests against
-    instance types (which know `nvidia.com/gpu`, not fractions or MIG slices) and marks a claim
-    Initialized only when each requested resource is allocatable, so only those are asked for."""
-    out = {"cpu": f"{sum(p.cpu_milli for p in pods)}m", "memory": f"{sum(p.mem_mib for p in pods)}Mi",
-           "pods": str(len(pods))}
-    whole = sum(p.gpu.count for p in pods if p.gpu.kind is GpuKind.WHOLE)
-    whole += ceil(sum(p.gpu.milli for p in pods if p.gpu.kind is GpuKind.FRACTION) / GPU_MILLI)
-    if whole and not template.mig_layout:
-        out[ann.GPU_RESOURCE] = str(min(whole, template.gpus))
-    return out
 
 
 # -- the provisioner ----------------------------------------------------------------------
@@ -367,7 +220,7 @@ class Provisioner:
         with self._lock:
             pools = dict(self._pools)
             claims = list(self._claims.values())
-            created = dict(self._created)
+            created = [c.pool for c in self._created.values()]
         out: dict[str, NodeTemplate] = {}
         for name, obj in sorted(pools.items()):
             version = translate.meta(obj).get("resourceVersion")
@@ -383,7 +236,7 @@ class Provisioner:
                     cached = (version, None)
                 self._templates[name] = cached
             if cached[1] is not None:
-                out[name] = _limited(cached[1], obj, snapshot, claims, created)
+                out[name] = limited(cached[1], obj, snapshot, claims, created)
         return out
 
     def in_flight(self, snapshot: ClusterSnapshot, templates: Mapping[str, NodeTemplate]) -> dict[str, str]:
@@ -497,37 +350,6 @@ class Provisioner:
         self._state = _State()
 
 
-def _limited(t: NodeTemplate, pool: Obj, snapshot: ClusterSnapshot, claims: Iterable[Obj],
-             created: Mapping[str, _Created]) -> NodeTemplate:
-    """`t` with the pool's `spec.limits` as node and GPU limits (in the planner's terms: counting the
-    snapshot's nodes labelled with the template, plus the headroom the limits leave)."""
-    limits = (pool.get("spec") or {}).get("limits") or {}
-    if not limits:
-        return t
-    where = f"NodePool {t.name}: spec.limits"
-    nodes = gpus = cpu = mem = 0
-    registered = set()
-    for n in snapshot.cluster.nodes:
-        if n.labels.get(NODEPOOL_LABEL) == t.name:
-            nodes, gpus, cpu, mem = nodes + 1, gpus + len(n.gpus), cpu + n.cpu_milli, mem + n.mem_mib
-            registered.add(n.name)
-    unseen = [c for c in claims if ((translate.meta(c).get("labels") or {}).get(NODEPOOL_LABEL) == t.name
-                                    and (c.get("status") or {}).get("nodeName") not in registered)]
-    k = len(unseen) + sum(1 for c in created.values() if c.pool == t.name)
-    nodes, gpus, cpu, mem = nodes + k, gpus + k * t.gpus, cpu + k * t.cpu_milli, mem + k * t.mem_mib
-    headroom = 1 << 40
-    if "nodes" in limits:
-        headroom = min(headroom, units.count(limits["nodes"], f"{where}.nodes") - nodes)
-    if "cpu" in limits and t.cpu_milli:
-        headroom = min(headroom, (units.cpu_milli(limits["cpu"], f"{where}.cpu") - cpu) // t.cpu_milli)
-    if "memory" in limits and t.mem_mib:
-        headroom = min(headroom, (units.mem_mib(limits["memory"], f"{where}.memory") - mem) // t.mem_mib)
-    if ann.GPU_RESOURCE in limits and t.gpus:
-        headroom = min(headroom, (units.count(limits[ann.GPU_RESOURCE], f"{where}.{ann.GPU_RESOURCE}") - gpus) // t.gpus)
-    counted = sum(1 for n in snapshot.cluster.nodes if n.labels.get(TEMPLATE_LABEL) == t.name)
-    return replace(t, max_nodes=counted + max(0, headroom))
-
-
 def with_nodes(snapshot: ClusterSnapshot, extra: Sequence[NodeInfo]) -> ClusterSnapshot:
     """`snapshot` plus empty `extra` nodes, keeping readiness, device health and fault times."""
     if not extra:
@@ -544,93 +366,3 @@ def with_nodes(snapshot: ClusterSnapshot, extra: Sequence[NodeInfo]) -> ClusterS
             usage.gpu_healthy[j, :n] = snapshot.usage.gpu_healthy[i, :n]
             usage.set_ready(j, bool(snapshot.usage.node_ready[i]))
     return ClusterSnapshot(cluster, usage, snapshot.placements, snapshot.pod_groups)
-
-
-# -- consolidation guard ------------------------------------------------------------------
-
-class Guard:
-    """Keeps `karpenter.sh/do-not-disrupt` on Karpenter GPU nodes whose GPUs are busy."""
-
-    def __init__(self, rest: Rest, retrier: Retrier, metrics: Metrics, *, release_after_s: float = 30.0,
-                 clock: Any = time.monotonic) -> None:
-        self._rest, self._retrier, self._metrics = rest, retrier, metrics
-        self.release_after_s, self._clock = release_after_s, clock
-        self._idle_since: dict[str, float] = {}
-        self._futures: list[Future[None]] = []
-        self._lock = threading.Lock()
-        self._seen: dict[str, tuple[str | None, str | None]] = {}
-        """Node -> (do-not-disrupt value, gpufleet marker) as the node informer last showed."""
-        self._writing: dict[str, bool] = {}
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="do-not-disrupt")
-
-    def upsert_node(self, obj: Obj) -> None:
-        m = translate.meta(obj)
-        a = m.get("annotations") or {}
-        with self._lock:
-            self._seen[str(m.get("name", ""))] = (a.get(DO_NOT_DISRUPT), a.get(GUARD_ANNOTATION))
-
-    def delete_node(self, obj: Obj) -> None:
-        with self._lock:
-            self._seen.pop(str(translate.meta(obj).get("name", "")), None)
-
-    def replace_nodes(self, objs: Iterable[Obj]) -> None:
-        with self._lock:
-            self._seen.clear()
-        for o in objs:
-            self.upsert_node(o)
-
-    def desired(self, snapshot: ClusterSnapshot, waiting: Collection[str] = ()) -> dict[str, bool]:
-        """Karpenter GPU nodes -> whether gpufleet wants them kept (GPUs in use, or pods waiting for them)."""
-        c = snapshot.cluster
-        return {n.name: n.name in waiting or gpu_use(snapshot, i) > 0
-                for i, n in enumerate(c.nodes) if n.gpus and NODEPOOL_LABEL in n.labels}
-
-    def update(self, snapshot: ClusterSnapshot, waiting: Collection[str] = ()) -> None:
-        want = self.desired(snapshot, waiting)
-        now = self._clock()
-        self._futures = [f for f in self._futures if not f.done()]
-        for node in [n for n in self._idle_since if want.get(n, True)]:
-            del self._idle_since[node]
-        with self._lock:
-            seen = dict(self._seen)
-            writing = dict(self._writing)
-        kept = 0
-        for node, busy in want.items():
-            value, ours = seen.get(node, (None, None))
-            if not busy and ours and now - self._idle_since.setdefault(node, now) < self.release_after_s:
-                busy = True  # idle only briefly: keep it a while longer
-            kept += busy
-            if busy and value != "true":
-                patch: dict[str, str | None] = {DO_NOT_DISRUPT: "true", GUARD_ANNOTATION: "gpus-busy"}
-            elif not busy and ours:
-                patch = {DO_NOT_DISRUPT: None, GUARD_ANNOTATION: None} if value == "true" else {GUARD_ANNOTATION: None}
-            else:
-                continue
-            if writing.get(node) == busy:
-                continue
-            with self._lock:
-                self._writing[node] = busy
-            self._futures.append(self._pool.submit(self._patch, node, busy, patch))
-        self._metrics.do_not_disrupt.set(kept)
-
-    def _patch(self, node: str, busy: bool, annotations: dict[str, str | None]) -> None:
-        try:
-            self._retrier.call(f"annotate node {node}",
-                               lambda: self._rest.patch(path("v1", "nodes", node),
-                                                        {"metadata": {"annotations": annotations}}),
-                               cooldown=True)
-            log.info("node %s: %s", node, "GPUs busy: karpenter.sh/do-not-disrupt set" if busy else
-                     "GPUs idle: karpenter.sh/do-not-disrupt removed, Karpenter may consolidate it")
-        except KubeError:
-            pass  # the Retrier logged it; the next update tries again after its cool-down
-        finally:
-            with self._lock:
-                self._writing.pop(node, None)
-
-    def drain(self, timeout_s: float = 10.0) -> None:
-        """Wait for the annotation writes under way (tests)."""
-        futures, self._futures = self._futures, []
-        wait(futures, timeout_s)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -20,8 +20,8 @@ A cycle, when the cache changed (and at least every `resync_s`), on the leader o
 Around the core: the `FaultFollower` (`kube/faults.py`) quarantines NotReady nodes in each
 snapshot and evicts the pods (and gangs) of failed devices and nodes after a grace period;
 with `--karpenter` the `Provisioner` (`kube/karpenter.py`) creates NodeClaims for the
-unschedulable pods Karpenter cannot size and keeps `karpenter.sh/do-not-disrupt` on busy GPU
-nodes.
+unschedulable pods Karpenter cannot size (from the NodePools, `kube/nodepools.py`) and its
+`Guard` (`kube/consolidation.py`) keeps `karpenter.sh/do-not-disrupt` on busy GPU nodes.
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from gpufleet.kube import karpenter
-from gpufleet.kube.karpenter import KarpenterSettings, claim_body, pool_template
+from gpufleet.kube import consolidation, karpenter
+from gpufleet.kube.karpenter import KarpenterSettings
+from gpufleet.kube.nodepools import claim_body, pool_template
 from gpufleet.model import ClusterSnapshot, ModelError, PodGroup
 from gpufleet.kube import translate
 from gpufleet.testing.apiserver import ApiServer
@@ -253,8 +254,8 @@ def test_a_node_idle_only_briefly_keeps_its_guard() -> None:
 
     now = [100.0]
     rest = PatchRecorder()
-    guard = karpenter.Guard(rest, Retrier(RetryPolicy(), logging.getLogger("t")), Metrics(),  # type: ignore[arg-type]
-                            release_after_s=30, clock=lambda: now[0])
+    guard = consolidation.Guard(rest, Retrier(RetryPolicy(), logging.getLogger("t")), Metrics(),  # type: ignore[arg-type]
+                                release_after_s=30, clock=lambda: now[0])
     raw = gpu_node("n", next(x for x in SHAPES if x.name == "p5.48xlarge"), random.Random(1))
     raw["metadata"]["labels"]["karpenter.sh/nodepool"] = "h100"
     info = translate.node_info(raw)
