@@ -206,6 +206,9 @@ class _Claim:
         self.pods.append(uid)
         return True
 
+    def has_gpu_left(self) -> bool:
+        return any(r.has_gpu_left() for r in self.options.values())
+
     def cheapest(self, templates: Sequence[NodeTemplate]) -> int:
         return min(self.options, key=lambda t: (templates[t].price_per_hour, templates[t].name))
 
@@ -242,6 +245,8 @@ def karpenter_batch(pods: Sequence[PodSpec], templates: Sequence[NodeTemplate],
     models = {t.gpu_model for t in templates if t.gpu_model}
     compat_cache: dict[tuple[object, ...], list[int]] = {}
     claims: list[_Claim] = []
+    open_gpu: list[_Claim] = []
+    """New nodes with a free GPU left in some option (only those can take a GPU pod)."""
     on_existing: dict[NodeName, list[PodUid]] = {}
     unplaced: dict[PodUid, str] = {}
     limited = any(t.max_nodes is not None or t.max_gpus is not None for t in templates)
@@ -260,7 +265,12 @@ def karpenter_batch(pods: Sequence[PodSpec], templates: Sequence[NodeTemplate],
         if ok is None:
             ok = compat_cache[key] = [i for i, (t, pr) in enumerate(zip(templates, probes))
                                       if static_reason(t, pr, view) is None]
-        if any(c.add(ok, d, pod.uid) for c in sorted(claims, key=lambda c: len(c.pods))):
+        gpu = d.kind is not GpuKind.NONE
+        took = next((c for c in sorted(open_gpu if gpu else claims, key=lambda c: len(c.pods))
+                     if c.add(ok, d, pod.uid)), None)
+        if took is not None:
+            if gpu and not took.has_gpu_left():
+                open_gpu.remove(took)
             continue
         room_ok = _within_limits(ok, templates, existing, claims) if limited else ok
         if not room_ok:
@@ -271,6 +281,8 @@ def karpenter_batch(pods: Sequence[PodSpec], templates: Sequence[NodeTemplate],
         if not claim.add(room_ok, d, pod.uid):  # pragma: no cover - a compatible empty node hosts one pod
             raise AssertionError(f"no empty template hosts pod {pod.uid}")
         claims.append(claim)
+        if claim.has_gpu_left():
+            open_gpu.append(claim)
     new = tuple((templates[c.cheapest(templates)], tuple(c.pods)) for c in claims)
     return KarpenterBatch(new, MappingProxyType({k: tuple(v) for k, v in on_existing.items()}),
                           MappingProxyType(unplaced))
