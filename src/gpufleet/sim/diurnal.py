@@ -16,7 +16,8 @@ So this module keeps openb's *tasks* and draws new *arrival times*. Decisions:
   ratio `r` (default 4, peak at 14:00), drawn by thinning. openb's own creation times, folded
   onto one day, have about that ratio (hourly counts from 137 to 550). `jobs_per_day` is the
   expected number of jobs (default 8,152: the default pod list's task count, in one day; the
-  day then needs about 230 GPUs allocated on average).
+  day's work is about 6,400 GPU-hours, 265 GPUs allocated on average; autoscaled fleets peak
+  near 500 GPUs).
 - **Tasks**: drawn uniformly with replacement from the pool, so the class mix (41 % fractions,
   59 % whole GPUs, 1.2 % of them multi-GPU) is openb's.
 - **Durations**: the task's own `deletion_time - creation_time`, clipped to
