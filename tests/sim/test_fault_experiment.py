@@ -9,6 +9,7 @@ import pytest
 
 from gpufleet.cli.main import main
 from gpufleet.framework.plugins.recent_faults import NAME as RECENT_FAULTS
+from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.sim import fault_experiment
 from gpufleet.sim.fault_experiment import FaultRun
 
@@ -50,7 +51,7 @@ def test_only_the_gpufleet_arm_scores_down_recent_faults() -> None:
         return {plugin.name for plugin, _ in fault_experiment.profile_for(arm).scores}
     assert RECENT_FAULTS in scorers("gpufleet")
     assert RECENT_FAULTS not in scorers("drain-node") | scorers("unhealthy-forever")
-    assert fault_experiment.profile_for("gpufleet").queueing.order == "fifo"
+    assert fault_experiment.profile_for("gpufleet").queueing == QueueingConfig(), "the replay's queue-free path"
 
 
 def test_the_table_averages_per_seed_kpis_and_pools_restart_times() -> None:
