@@ -5,6 +5,14 @@ the `cluster_gen.pods()` mix (setup, not timed). The pending pods are 10,000 mor
 mix, with 5 % of the fractions turned into MIG 1g.10gb requests (the mix has no MIG). The 20
 templates cover four GPU models with 1/2/4/8 GPUs, three MIG layouts and one CPU-only node.
 
+`plan()` is timed three ways: with the scheduler check (the default), without it
+(`check=False`), and as it was before the check's savings and its repair rule
+(`autoscale.check`, `Packer.close_all(prefer=...)`), the baseline: every check a full
+queue-aware `schedule()` of all leftover pods on the whole cluster, every removal candidate
+scheduled, repairs on the cheapest template. `before()` switches those off in place, so the
+same code runs both. One more run with only the savings off must give the same plan as the
+default (the savings are exact); the bench says whether it did.
+
 Beside `plan()` it runs the Karpenter-like provisioner of the simulator
 (`gpufleet.sim.provisioners.karpenter_batch`) on the same pods: pod by pod, a fraction or a MIG
 slice counts as a whole GPU, gang members are separate pods; each pod goes on the new node of
@@ -18,6 +26,7 @@ Prints a table; with --json the last line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import platform
@@ -25,16 +34,19 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Iterator, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cluster_gen  # noqa: E402
 
-from gpufleet.autoscale import NodeTemplate, plan  # noqa: E402
+from gpufleet.autoscale import NodeTemplate, Plan, plan  # noqa: E402
+from gpufleet.autoscale import check as checking  # noqa: E402
+from gpufleet.autoscale.removal import Remover  # noqa: E402
 from gpufleet.core.cycle import schedule  # noqa: E402
-from gpufleet.framework.profile import build_profile  # noqa: E402
+from gpufleet.framework.profile import Profile, build_profile  # noqa: E402
 from gpufleet.framework.profiles import builtin  # noqa: E402
-from gpufleet.model import ClusterSnapshot, GpuKind, PodSpec, mig_slices  # noqa: E402
+from gpufleet.model import ClusterSnapshot, GpuKind, NodeName, PodSpec, mig_slices  # noqa: E402
 from gpufleet.sim.provisioners import karpenter_batch  # noqa: E402
 
 GIB = 1024
@@ -78,6 +90,57 @@ def existing(n_nodes: int, rng: random.Random) -> ClusterSnapshot:
     return snap.apply(result.binds)
 
 
+class CountingCheck(checking.Check):
+    """`Check` that remembers its last outcome: how many checks ran and how many pods they scheduled."""
+
+    last: checking.Outcome | None = None
+
+    def run(self, planned: Sequence[tuple[NodeName, int]]) -> checking.Outcome:
+        out = CountingCheck.last = super().run(planned)
+        return out
+
+    def rerun(self, old: checking.Outcome, planned: Sequence[tuple[NodeName, int]]) -> checking.Outcome:
+        out = CountingCheck.last = super().rerun(old, planned)
+        return out
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[type[CountingCheck]]:
+    with patched(checking, "Check", CountingCheck):
+        yield CountingCheck
+
+
+@contextlib.contextmanager
+def before(*, repair: bool = True) -> Iterator[None]:
+    """The planner as before the check's savings: queue-aware `schedule()` everywhere, every
+    check in full on the whole cluster, every removal candidate scheduled; with `repair`, also
+    the repair rule of before (new nodes on the cheapest template a pod fits)."""
+    def same_profile(profile: Profile, pods: object, now: float) -> Profile:
+        return profile
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(patched(checking, "cycle_profile", same_profile))
+        stack.enter_context(patched(checking, "node_local", lambda p: False))
+        stack.enter_context(patched(Remover, "_each_fits_somewhere", lambda self, trial, specs: True))
+        if repair:
+            stack.enter_context(patched(checking, "reached", lambda outcome: None))
+        yield
+
+
+@contextlib.contextmanager
+def patched(owner: object, name: str, value: object) -> Iterator[None]:
+    old = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, old)
+
+
+def same_plan(a: Plan, b: Plan) -> bool:
+    return (a.add, a.remove, a.fits_now, sorted(a.unplaceable)) == (b.add, b.remove, b.fits_now, sorted(b.unplaceable))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=500)
@@ -97,10 +160,22 @@ def main() -> None:
         quick = plan(pods, tpls, snap, profile=profile, check=False)
         search_times.append(time.perf_counter() - t0)
     times = []
-    for _ in range(args.repeat):
-        t0 = time.perf_counter()
-        result = plan(pods, tpls, snap, profile=profile)
-        times.append(time.perf_counter() - t0)
+    with counting() as counted:
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            result = plan(pods, tpls, snap, profile=profile)
+            times.append(time.perf_counter() - t0)
+        checks = counted.last
+    full_times = []
+    with before(), counting() as counted:
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            old = plan(pods, tpls, snap, profile=profile)
+            full_times.append(time.perf_counter() - t0)
+        full = counted.last
+    with before(repair=False):
+        exact = same_plan(plan(pods, tpls, snap, profile=profile), result)
+    assert checks is not None and full is not None
     fits_now = set(result.fits_now)
     left = [p for p in pods if p.uid not in fits_now]
     t0 = time.perf_counter()
@@ -113,18 +188,35 @@ def main() -> None:
         "templates": len(tpls),
         "plan_no_check_s": [round(t, 3) for t in search_times], "plan_no_check_s_best": round(min(search_times), 3),
         "plan_s": [round(t, 3) for t in times], "plan_s_best": round(min(times), 3),
+        "plan_before_s": [round(t, 3) for t in full_times], "plan_before_s_best": round(min(full_times), 3),
+        "same_plan_with_every_check_in_full": exact,
+        "checks": {"schedule_calls": checks.runs, "pods_scheduled": checks.scheduled},
+        "checks_before": {"schedule_calls": full.runs, "pods_scheduled": full.scheduled},
         "fits_now": len(fits_now), "served_on_new_nodes": len(result.served), "unplaceable": len(result.unplaceable),
         "planner": {"nodes": sum(a.count for a in result.add),
                     "gpus": sum(a.count * a.template.gpus for a in result.add),
                     "cost_per_hour": round(result.cost_per_hour_added, 2), "removals": len(result.remove)},
+        "planner_before": {"nodes": sum(a.count for a in old.add),
+                           "gpus": sum(a.count * a.template.gpus for a in old.add),
+                           "cost_per_hour": round(old.cost_per_hour_added, 2), "served": len(old.served),
+                           "unplaceable": len(old.unplaceable)},
         "planner_no_check": {"nodes": sum(a.count for a in quick.add),
                              "gpus": sum(a.count * a.template.gpus for a in quick.add),
                              "cost_per_hour": round(quick.cost_per_hour_added, 2), "served": len(quick.served)},
         "naive_karpenter_like": {**base, "seconds": round(naive_s, 3)},
     }
-    if not args.json:
-        print(result.summary())
-    print(json.dumps(out) if args.json else json.dumps(out, indent=2))
+    if args.json:
+        print(json.dumps(out))
+        return
+    print(result.summary())
+    print(json.dumps(out, indent=2))
+    print(f"plan(), checked: {out['plan_s_best']} s (best of {args.repeat}; {checks.runs} checks scheduled "
+          f"{checks.scheduled} pods; {len(result.served)} served, {len(result.unplaceable)} unplaceable, "
+          f"{out['planner']['cost_per_hour']}/h); same plan with every check in full: {exact}")
+    print(f"baseline, plan() as before: {out['plan_before_s_best']} s ({full.runs} checks scheduled {full.scheduled} "
+          f"pods; {len(old.served)} served, {len(old.unplaceable)} unplaceable, "
+          f"{out['planner_before']['cost_per_hour']}/h)")
+    print(f"plan(check=False), search only: {out['plan_no_check_s_best']} s")
 
 
 if __name__ == "__main__":

@@ -13,12 +13,16 @@ For each class:
 A gang is placed all or nothing: its members go onto open nodes and fresh nodes of the
 template whose nodes for the whole gang cost least; if the pool limits leave no room for all
 of them, every tentative placement is rolled back and each member gets a reason.
+
+A repair (`close_all(prefer=...)`, for pods the check left out) opens nodes only of the
+templates a class can use that rank highest in `prefer`, the cheapest of those as above, and
+falls back to every template the class can use when their pool limits leave no room.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from gpufleet.autoscale.fit import BIG, Demand, Room, no_template_reason, static_reason
 from gpufleet.autoscale.template import NodeTemplate
@@ -73,6 +77,10 @@ class Packer:
         self.cpu_open: list[list[int]] = [[] for _ in templates]
         """Per template, planned nodes that may still have a pod slot (for CPU-only pods)."""
         self._compat: dict[tuple[object, ...], list[int]] = {}
+        self._prefer: Mapping[int, int] | None = None
+        """While repairing: a rank per template; new nodes go to the class's highest-ranked templates."""
+        self._saved: dict[int, Room] | None = None
+        """While a gang is tried: each open node it changed, as it was before (for the rollback)."""
 
     # -- classes ----------------------------------------------------------------------------
     def compatible(self, pod: PodSpec) -> list[int]:
@@ -85,11 +93,20 @@ class Packer:
             self._compat[key] = found
         return found
 
-    def close_all(self) -> None:
-        """Later units go onto fresh nodes only (used to repack what the check left out)."""
+    def close_all(self, prefer: Mapping[int, int] | None = None) -> None:
+        """Later units go onto fresh nodes only (used to repack what the check left out), of
+        the templates ranked highest in `prefer` where their pool limits leave room."""
         self.gpu_open = [[] for _ in self.templates]
         self.cpu_open = [[] for _ in self.templates]
         self.out.unplaceable = {}
+        self._prefer = prefer
+
+    def _preferred(self, compat: list[int]) -> list[int]:
+        if self._prefer is None or not compat:
+            return compat
+        rank = self._prefer
+        best = max(rank.get(t, -1) for t in compat)
+        return [t for t in compat if rank.get(t, -1) == best]
 
     def run(self, units: Sequence[Unit]) -> Packing:
         for unit in sorted(units, key=_order):
@@ -113,6 +130,8 @@ class Packer:
                 if done < len(pods):
                     n = min(room.count(d), len(pods) - done)
                     if n:
+                        if self._saved is not None and r not in self._saved:
+                            self._saved[r] = room.copy()
                         room.take(d, [p.uid for p in pods[done:done + n]])
                         done += n
                 if room.slots > 0 and (d.kind is GpuKind.NONE or room.has_gpu_left()):
@@ -140,8 +159,9 @@ class Packer:
             self.out.unplaceable.update({p.uid: why for p in pods})
             return
         pods = self._fill_open(d, compat, list(pods))
+        preferred = self._preferred(compat)
         while pods:
-            choice = self._cheapest(d, compat, len(pods))
+            choice = self._cheapest(d, preferred, len(pods)) or self._cheapest(d, compat, len(pods))
             if choice is None:
                 names = ", ".join(self.templates[t].name for t in compat)
                 why = f"pool limits reached for every template that can host it ({names})"
@@ -169,13 +189,17 @@ class Packer:
 
     # -- gangs ------------------------------------------------------------------------------
     def pack_gang(self, unit: Unit) -> None:
-        # Checkpoint what a gang can touch: the open nodes, the open lists and the pool counts.
-        touched = {r for lists in (self.gpu_open, self.cpu_open) for rs in lists for r in rs}
-        saved_rooms = {r: self.out.rooms[r].copy() for r in touched}
+        # Checkpoint what a gang can touch: the open lists, the pool counts, and (as the gang
+        # changes them, see `_fill_open`) the open nodes.
+        saved_rooms: dict[int, Room] = {}
+        self._saved = saved_rooms
         saved_lists = ([list(x) for x in self.gpu_open], [list(x) for x in self.cpu_open])
         saved_pool = (list(self.pool.nodes), list(self.pool.gpus))
         n_rooms = len(self.out.rooms)
-        why = self._try_gang(unit)
+        try:
+            why = self._try_gang(unit)
+        finally:
+            self._saved = None
         if why is None:
             return
         for r, saved in saved_rooms.items():
@@ -198,7 +222,8 @@ class Packer:
             rest = self._fill_open(d, compat, members)
             if not rest:
                 continue
-            choice = self._gang_template(d, compat, len(rest))
+            choice = (self._gang_template(d, self._preferred(compat), len(rest))
+                      or self._gang_template(d, compat, len(rest)))
             if choice is None:
                 names = ", ".join(_limit_text(self.templates[t], self.pool, t) for t in compat)
                 return (f"gang {unit.gang} of {len(unit.pods)} x {d.describe()} exceeds the pool limits "

@@ -8,7 +8,10 @@ Steps (pure: no I/O, no clock, randomness only from a fixed seed):
 3. check: `schedule()` on the cluster with those binds applied plus the planned nodes. The
    plan reports exactly what the scheduler did there: the pods it bound on each new node.
    Planned pods it did not bind are packed again onto extra nodes (at most `CHECK_ROUNDS`
-   times), planned nodes it left empty are dropped and the check is run again;
+   times, of the templates the check filled last), planned nodes it left empty are dropped
+   and the check is run again. Each check binds what a full `schedule()` would; `check`
+   leaves out the work that cannot change that (queue accounting, current nodes no leftover
+   pod fits, and the pods before the first one a change of the planned nodes can affect);
 4. removals (`removal`): idle or consolidatable GPU nodes, judged by GPU use.
 """
 
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
+from gpufleet.autoscale import check as checking
 from gpufleet.autoscale.fit import Room
 from gpufleet.autoscale.packing import Packer, Pool, units_of
 from gpufleet.autoscale.removal import RemovalSettings, removals
@@ -27,10 +31,12 @@ from gpufleet.core.cycle import schedule
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.profile import Profile, build_profile
 from gpufleet.framework.profiles import builtin
-from gpufleet.model import Cluster, ClusterSnapshot, ModelError, NodeInfo, NodeName, PodSpec, PodUid, Usage
+from gpufleet.model import ClusterSnapshot, ModelError, NodeInfo, NodeName, PodSpec, PodUid
 
 CHECK_ROUNDS = 2
 """Extra packing rounds for planned pods the check did not bind."""
+REPAIR_COPIES = 2
+"""A repair round packs room for the pods the check left out this many times over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +106,7 @@ def plan(pending: Sequence[PodSpec], templates: Sequence[NodeTemplate], snapshot
     if len(set(names)) != len(names):
         raise ModelError("node templates: name", f"template names must be unique, got {names}")
     prof = profile if profile is not None else build_profile(builtin("default"))
-    first = schedule(snapshot, pending, prof, now=now, rng=random.Random(0))
+    first = schedule(snapshot, pending, checking.cycle_profile(prof, pending, now), now=now, rng=random.Random(0))
     after = snapshot.apply(first.binds)
     bound_now = {p.pod for p in first.binds}
     left = [p for p in pending if p.uid not in bound_now]
@@ -128,35 +134,43 @@ def _existing_pool(snapshot: ClusterSnapshot, templates: Sequence[NodeTemplate])
 
 def _plan_adds(left: list[PodSpec], templates: Sequence[NodeTemplate], after: ClusterSnapshot, profile: Profile,
                now: float) -> tuple[list[NodeAdd], dict[PodUid, str], set[PodUid]]:
-    """Pack, check with `schedule()`, repack what the check did not bind, drop empty nodes."""
+    """Pack, check with `schedule()`, repack what the check did not bind, drop empty nodes.
+
+    Every check after the first is `Check.rerun`: the same binds as a full `schedule()`,
+    computed from the first pod the change of planned nodes can affect (`autoscale.check`)."""
     packer = Packer(templates, _existing_pool(after, templates))
     packing = packer.run(units_of(left))
     packed_out = dict(packing.unplaceable)
     taken: set[str] = {n.name for n in after.cluster.nodes}
     planned: list[tuple[NodeName, int]] = []  # (name, template index) per room
-    result = CycleResult()
+    check = checking.Check(after, left, templates, profile, now)
+    outcome: checking.Outcome | None = None
     spec = {p.uid: p for p in left}
     for round_ in range(CHECK_ROUNDS + 1):
         for room in _flexible_first(packer, packing.rooms[len(planned):], spec):
             planned.append((_fresh_name(len(planned), templates[room.template].name, taken), room.template))
-        result = _check(after, left, planned, templates, profile, now)
-        bound = {p.pod for p in result.binds}
+        outcome = check.run(planned) if outcome is None else check.rerun(outcome, planned)
+        bound = {p.pod for p in outcome.result.binds}
         meant = {uid for room in packing.rooms for uid in room.pods}
         missing = [p for p in left if p.uid in meant and p.uid not in bound]
         if not missing or round_ == CHECK_ROUNDS:
             break
         # The scheduler packed differently from the search: what it left out goes onto fresh nodes.
         # Capacity for them twice over: the scheduler's score ties and creation order let other
-        # pods take part of any new node too; nodes left empty are dropped below.
-        packer.close_all()
-        packing = packer.run(units_of(missing) + units_of(missing))
+        # pods take part of any new node too; nodes left empty are dropped below. New nodes go
+        # to the template the scheduler reached last among those a pod fits: a template whose
+        # planned nodes it filled early hands a new node to the first pod after that which fits
+        # (often not one left out), and the check must be redone from there.
+        packer.close_all(prefer=checking.reached(outcome))
+        packing = packer.run(units_of(missing) * REPAIR_COPIES)
         packed_out.update(packing.unplaceable)
-    used = {p.node for p in result.binds}
+    assert outcome is not None
+    used = {p.node for p in outcome.result.binds}
     kept = [x for x in planned if x[0] in used]
     if len(kept) < len(planned):
         planned = kept
-        result = _check(after, left, planned, templates, profile, now)
-    return _report(left, planned, templates, result, packed_out)
+        outcome = check.rerun(outcome, planned)
+    return _report(left, planned, templates, outcome.result, packed_out)
 
 
 def _search_only(left: list[PodSpec], templates: Sequence[NodeTemplate], after: ClusterSnapshot
@@ -189,19 +203,6 @@ def _fresh_name(k: int, template: str, taken: set[str]) -> NodeName:
         name += "-x"
     taken.add(name)
     return NodeName(name)
-
-
-def _check(after: ClusterSnapshot, left: Sequence[PodSpec], planned: Sequence[tuple[NodeName, int]],
-           templates: Sequence[NodeTemplate], profile: Profile, now: float) -> CycleResult:
-    """`schedule()` of the pods left over on the current nodes plus the planned ones."""
-    nodes = list(after.cluster.nodes) + [templates[t].node_info(name) for name, t in planned]
-    cluster = Cluster(nodes)
-    usage = Usage(cluster)
-    # The running pods come from a valid snapshot: place them without re-validating, and
-    # refresh each node's aggregates once (ClusterSnapshot.build refreshes per pod).
-    usage.place_all((p, cluster.index[p.node]) for p in after.placements.values())
-    snap = ClusterSnapshot(cluster, usage, after.placements, after.pod_groups)
-    return schedule(snap, left, profile, now=now, rng=random.Random(0))
 
 
 def _report(left: Sequence[PodSpec], planned: Sequence[tuple[NodeName, int]], templates: Sequence[NodeTemplate],

@@ -7,7 +7,8 @@ then the most expensive, then by name. A candidate is removed when every pod on 
 CPU-only pods too) and every other member of a gang running on it can be placed on the
 remaining nodes: `schedule()` runs on the snapshot with those pods released and the node
 closed, and must bind them all. Accepted moves are applied before the next candidate, so
-two removals never count on the same free GPU.
+two removals never count on the same free GPU. A candidate with a pod that passes the filters
+on no other node is kept without running `schedule()` (it could not bind that pod either).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
+from gpufleet.autoscale import check as checking
 from gpufleet.autoscale.template import TEMPLATE_LABEL, NodeTemplate
-from gpufleet.core.cycle import schedule
+from gpufleet.core.cycle import constraint_key, schedule
 from gpufleet.framework.profile import Profile
 from gpufleet.model import (GPU_MILLI, NO_GPU, ClusterSnapshot, GpuRequest, NodeName, Placement, PodSpec, PodUid,
                             Toleration, TolerationOperator, gpu_fraction, mig_slices, whole_gpus)
@@ -126,7 +128,10 @@ class Remover:
         moving = self._moving(self.work.cluster.names[i])
         specs = [self.specs.get(p.pod) or spec_of(p, self.work) for p in moving]
         trial = self._closed(self.work.apply(releases=[p.pod for p in moving]), i)
-        result = schedule(trial, specs, self.profile, now=self.now, rng=random.Random(0))
+        if not self._each_fits_somewhere(trial, specs):
+            return False
+        profile = checking.cycle_profile(self.profile, specs, self.now)
+        result = schedule(trial, specs, profile, now=self.now, rng=random.Random(0))
         if len(result.binds) < len(specs):
             return False
         self.removed.append(i)
@@ -134,6 +139,13 @@ class Remover:
         moved = {p.pod: p for p in result.binds}
         self._reindex(moved)
         return True
+
+    def _each_fits_somewhere(self, trial: ClusterSnapshot, specs: Sequence[PodSpec]) -> bool:
+        """Whether every moving pod passes the filters on some node of `trial` before any is
+        placed. If one does not, `schedule()` cannot bind it either: placing the others only
+        takes room."""
+        reps = list({constraint_key(p): p for p in specs}.values())
+        return bool(checking.feasible(self.profile, reps, trial.cluster, trial.usage, self.now).any(axis=1).all())
 
     def _closed(self, snapshot: ClusterSnapshot, i: int) -> ClusterSnapshot:
         """`snapshot` (a private copy) with node i and every node removed so far taking no pods."""

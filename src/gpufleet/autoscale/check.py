@@ -1,0 +1,336 @@
+"""The planner's check: what `schedule()` does with the leftover pending pods on the current
+nodes plus the planned ones, computed without the parts of the work that cannot change it.
+
+`plan()` runs the check once per repair round and once more after dropping the planned nodes
+that stayed empty. One check is a `schedule()` of every leftover pod (~8,000 in
+`bench/planner.py`), so the checks were most of a plan's time. Three savings, each exact
+(the binds are those of a full `schedule()` of the leftover pods on the current cluster plus
+the planned nodes; `tests/autoscale/test_check.py` compares them on random cases):
+
+1. **Queueing.** The planner passes no queues, so every pod runs in the `default` queue. With
+   one queue the fair order is the priority order, no queue limit applies, and reclaim finds
+   no victim (it takes only from other queues), so a profile whose queueing is fair or
+   priority order, with reclaim but without priority preemption and with no pod past the
+   starvation bound, binds exactly what the plain kube-scheduler loop binds
+   (`cycle_profile`). That loop skips the queue accounting and the victim index, which cost
+   a few ms per `schedule()` whatever its size: most of the removal checks' time.
+2. **Current nodes no leftover pod can use.** A current node on which no leftover pod fits
+   when the check starts (the profile's own filters, on the cluster after the pods that fit
+   now are bound) never gets a pod in the check: filters judge a node on its own state, and
+   that state changes only when a pod is placed there. Such nodes are left out. Nodes that
+   run members of a pending gang stay in (they count towards its minMember).
+3. **Changes of the planned nodes.** A planned node is *fresh* until the scheduler places its
+   first pod there. Two fresh nodes of one template look the same to every filter and
+   scorer (different names only), so while a fresh node of the template is left, dropping
+   another one (that got no pod) or adding one named after every other node changes no
+   decision: feasibility is the same, the raw scores of the other nodes are the same, min-max
+   normalisation sees the same minimum and maximum, and a tie still goes to the lower name.
+   A change can first matter at the first pod that fits on a fresh node of a changed template
+   when, in the old check, no fresh node of it was left (added nodes) or only dropped ones
+   were (dropped nodes); a gang that was rolled back counts as soon as a member fits on one.
+   Everything before that pod is kept and only the units from there on are scheduled again,
+   on the snapshot with the kept binds applied (the core is a loop over units; what carries
+   from one unit to the next is the usage and, as a cache, the failed constraint keys, which
+   a new run recomputes to the same answer since usage only grew).
+
+Savings 2 and 3 need plugins that judge and score each node on its own state, do not draw
+random numbers and normalise (if at all) by min-max: the in-tree filters, `BestFit`,
+`DotProduct`, `GpuPacking`, `GpuClustering`, `MostAllocated`, `LeastAllocated`, `Topology`,
+`PreferUsedNodes` and `RecentFaults`. With any other plugin (FGD's scorers, `Random`, an
+out-of-tree one) or with pre-filter or permit plugins every check is a full `schedule()`.
+
+What differs from a full run is only text: an unschedulable pod's "0/N nodes are available"
+counts the nodes of the run that decided it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import random
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.autoscale.template import NodeTemplate
+from gpufleet.core import ordering
+from gpufleet.core.cycle import constraint_key, schedule
+from gpufleet.core.result import CycleResult
+from gpufleet.framework.cycle_state import CycleState
+from gpufleet.framework.plugins.fgd_baselines import BestFit, DotProduct, GpuClustering, GpuPacking
+from gpufleet.framework.plugins.gpu_fit import GpuFit
+from gpufleet.framework.plugins.node_affinity import NodeAffinity
+from gpufleet.framework.plugins.node_resources import NodeResourcesFit
+from gpufleet.framework.plugins.prefer_used import PreferUsedNodes
+from gpufleet.framework.plugins.recent_faults import RecentFaults
+from gpufleet.framework.plugins.resource_alloc import LeastAllocated, MostAllocated
+from gpufleet.framework.plugins.taint_toleration import TaintTolerationFilter
+from gpufleet.framework.plugins.topology import Topology
+from gpufleet.framework.profile import Profile
+from gpufleet.framework.queueing import QueueingConfig
+from gpufleet.model import Cluster, ClusterSnapshot, NodeInfo, NodeName, Placement, PodSpec, PodUid, Usage
+
+NODE_LOCAL_FILTERS: frozenset[type] = frozenset({NodeResourcesFit, TaintTolerationFilter, NodeAffinity, GpuFit})
+"""Filters that judge a node on its own state only."""
+NODE_LOCAL_SCORES: frozenset[type] = frozenset({BestFit, DotProduct, GpuPacking, GpuClustering, MostAllocated,
+                                                LeastAllocated, Topology, PreferUsedNodes, RecentFaults})
+"""Scorers that score a node on its own state (and the gang's chosen nodes), draw no random
+numbers and normalise, if at all, by min-max over the feasible nodes (BestFit)."""
+NODE_LOCAL_OTHERS: frozenset[type] = frozenset({Topology, BestFit, DotProduct, GpuPacking, GpuFit})
+"""Reserve plugins and device pickers that keep to the chosen node (and the gang's state)."""
+
+NEVER = 1 << 62
+"""First use of a planned node that got no pod."""
+
+BoolArray = npt.NDArray[np.bool_]
+
+
+def cycle_profile(profile: Profile, pods: Iterable[PodSpec], now: float) -> Profile:
+    """`profile` with the plain kube-scheduler loop when, without queues, that binds the same.
+
+    Without a `QueueContext` every pod is in the `default` queue: fair order is then priority
+    order, limits and guarantees are absent and reclaim has no other queue to take from. So
+    the queue-aware path binds, marks unschedulable, evicts and nominates exactly what the
+    plain loop does, unless priority preemption is on (victims in the same queue), the order
+    is fifo or las (another key), or a pod has waited past the starvation bound."""
+    q = profile.queueing
+    if q == QueueingConfig() or q.order not in ("fair", "priority") or q.preemption:
+        return profile
+    if q.starvation_bound_seconds > 0 and any(now - p.created_s >= q.starvation_bound_seconds for p in pods):
+        return profile
+    return dataclasses.replace(profile, queueing=QueueingConfig())
+
+
+def node_local(profile: Profile) -> bool:
+    """Whether every plugin of `profile` judges and scores nodes one by one (see the module doc)."""
+    return (not profile.pre_filters and not profile.permits
+            and all(type(p) in NODE_LOCAL_FILTERS for p in profile.filters)
+            and all(type(p) in NODE_LOCAL_SCORES for p, _ in profile.scores)
+            and all(type(p) in NODE_LOCAL_OTHERS for p in profile.reserves)
+            and (profile.device_picker is None or type(profile.device_picker) in NODE_LOCAL_OTHERS))
+
+
+@dataclass(slots=True)
+class _View:
+    cluster: Cluster
+    usage: Usage
+
+
+def feasible(profile: Profile, pods: Sequence[PodSpec], cluster: Cluster, usage: Usage, now: float) -> BoolArray:
+    """[pod, node]: whether the profile's filters pass `pods[k]` on node i at `usage`."""
+    view = _View(cluster, usage)
+    state = CycleState(random.Random(0), now)
+    out = np.ones((len(pods), cluster.n_nodes), dtype=np.bool_)
+    for k, pod in enumerate(pods):
+        for plugin in profile.filters:
+            mask = plugin.filter(state, pod, view)
+            if mask is not None:
+                out[k] &= mask
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One check: the planned nodes `(name, template index)` and what `schedule()` did."""
+
+    planned: tuple[tuple[NodeName, int], ...]
+    result: CycleResult
+    first_use: Mapping[NodeName, int]
+    """Per node that got a pod: the position (in scheduling order) of the first pod bound there."""
+    runs: int = 1
+    """How many `schedule()` calls made it, counting the ones of the outcomes it was rebuilt from."""
+    scheduled: int = 0
+    """How many pods those calls were given in all."""
+
+
+def reached(outcome: Outcome) -> dict[int, int]:
+    """Per template with planned nodes: the position (in scheduling order) of the first pod
+    bound on the last of its nodes to get one, NEVER while one of them got none. From there
+    on the check has no fresh node of the template left; a node of it added later changes the
+    check from the first pod after that position that fits on it."""
+    out: dict[int, int] = {}
+    for name, t in outcome.planned:
+        out[t] = max(out.get(t, -1), outcome.first_use.get(name, NEVER))
+    return out
+
+
+class Check:
+    """Checks of planned node sets for one plan: `run` schedules every leftover pod, `rerun`
+    only what a change of the planned nodes can affect (see the module docstring)."""
+
+    def __init__(self, after: ClusterSnapshot, left: Sequence[PodSpec], templates: Sequence[NodeTemplate],
+                 profile: Profile, now: float, *, incremental: bool = True) -> None:
+        self.after = after
+        self.left = list(left)
+        self.templates = templates
+        self.now = now
+        self.profile = cycle_profile(profile, left, now)
+        self.incremental = (incremental and node_local(self.profile)
+                            and self.profile.queueing == QueueingConfig())
+        self._infos: dict[tuple[NodeName, int], NodeInfo] = {}
+        units = ordering.order(self.left)
+        self.order: list[PodSpec] = [p for u in units for p in u]
+        self.pos: dict[PodUid, int] = {p.uid: i for i, p in enumerate(self.order)}
+        self.unit_start: list[int] = []
+        """Per position: where its unit starts."""
+        self.gangs: list[tuple[int, list[PodSpec]]] = []
+        for u in units:
+            start = len(self.unit_start)
+            self.unit_start.extend([start] * len(u))
+            if u[0].pod_group is not None:
+                self.gangs.append((start, u))
+        self.existing = self._existing_nodes() if self.incremental else list(range(after.cluster.n_nodes))
+        self._positions: dict[int, list[int]] = {}
+        self._fresh_ok: BoolArray | None = None
+        self._class_of: list[int] = []
+
+    # -- building blocks ------------------------------------------------------------------
+    def _classes(self, pods: Sequence[PodSpec]) -> tuple[list[PodSpec], list[int]]:
+        """One pod per constraint key, and the key's index for each of `pods`."""
+        reps: dict[tuple[object, ...], int] = {}
+        out: list[PodSpec] = []
+        index = []
+        for p in pods:
+            key = constraint_key(p)
+            k = reps.get(key)
+            if k is None:
+                k = reps[key] = len(out)
+                out.append(p)
+            index.append(k)
+        return out, index
+
+    def _existing_nodes(self) -> list[int]:
+        """Current nodes some leftover pod fits on now, and nodes running members of a pending gang."""
+        c, u = self.after.cluster, self.after.usage
+        reps, _ = self._classes(self.left)
+        keep: BoolArray = np.zeros(c.n_nodes, dtype=np.bool_)
+        if reps:
+            keep |= feasible(self.profile, reps, c, u, self.now).any(axis=0)
+        groups = {p.pod_group for p in self.left if p.pod_group is not None}
+        if groups:
+            for p in self.after.placements.values():
+                if p.pod_group in groups:
+                    keep[c.index[p.node]] = True
+        return [int(i) for i in np.flatnonzero(keep)]
+
+    def _fresh(self) -> BoolArray:
+        """[pod position, template]: whether the pod fits on an empty node of the template."""
+        if self._fresh_ok is None:
+            probes = Cluster([t.node_info(f"probe-{i:06d}") for i, t in enumerate(self.templates)])
+            reps, self._class_of = self._classes(self.order)
+            fits = feasible(self.profile, reps, probes, Usage(probes), self.now)
+            self._fresh_ok = fits[self._class_of] if reps else np.zeros((0, len(self.templates)), np.bool_)
+        return self._fresh_ok
+
+    def _compatible(self, t: int) -> list[int]:
+        """Positions of the pods that fit on an empty node of template t, ascending."""
+        found = self._positions.get(t)
+        if found is None:
+            found = self._positions[t] = [int(i) for i in np.flatnonzero(self._fresh()[:, t])]
+        return found
+
+    def _node(self, name: NodeName, t: int) -> NodeInfo:
+        info = self._infos.get((name, t))
+        if info is None:
+            info = self._infos[(name, t)] = self.templates[t].node_info(name)
+        return info
+
+    def snapshot(self, planned: Sequence[tuple[NodeName, int]], binds: Sequence[Placement] = ()) -> ClusterSnapshot:
+        """The checked cluster: the current nodes kept (as they are in `after`: running pods,
+        GPU health, readiness) plus the planned ones, with `binds` applied."""
+        old_c, old_u = self.after.cluster, self.after.usage
+        current = [old_c.nodes[i] for i in self.existing]
+        cluster = Cluster(current + [self._node(name, t) for name, t in planned])
+        usage = Usage(cluster)
+        rows = [(cluster.index[old_c.names[i]], i) for i in self.existing]
+        for new, old in rows:
+            g = int(old_c.gpu_count[old])
+            usage.gpu_healthy[new, :g] = old_u.gpu_healthy[old, :g]
+            usage.node_ready[new] = old_u.node_ready[old]
+            usage.fault_at[new] = old_u.fault_at[old]
+        kept = {old_c.names[i] for i in self.existing}
+        placements = {uid: p for uid, p in self.after.placements.items() if p.node in kept}
+        usage.place_all((p, cluster.index[p.node]) for p in placements.values())
+        for new, _ in rows:
+            usage.refresh_row(new)
+        for p in binds:
+            placements[p.pod] = p
+        usage.place_all((p, cluster.index[p.node]) for p in binds)
+        return ClusterSnapshot(cluster, usage, MappingProxyType(placements), self.after.pod_groups)
+
+    def _schedule(self, snap: ClusterSnapshot, pods: Sequence[PodSpec]) -> CycleResult:
+        return schedule(snap, pods, self.profile, now=self.now, rng=random.Random(0))
+
+    def _outcome(self, planned: Sequence[tuple[NodeName, int]], result: CycleResult, runs: int,
+                 scheduled: int) -> Outcome:
+        first: dict[NodeName, int] = {}
+        for b in result.binds:
+            i = self.pos[b.pod]
+            if i < first.get(b.node, NEVER):
+                first[b.node] = i
+        return Outcome(tuple(planned), result, MappingProxyType(first), runs, scheduled)
+
+    # -- checks ---------------------------------------------------------------------------
+    def run(self, planned: Sequence[tuple[NodeName, int]]) -> Outcome:
+        """`schedule()` of every leftover pod on the kept current nodes plus `planned`."""
+        result = self._schedule(self.snapshot(planned), self.left)
+        return self._outcome(planned, result, 1, len(self.left))
+
+    def rerun(self, old: Outcome, planned: Sequence[tuple[NodeName, int]]) -> Outcome:
+        """The check of `planned`, reusing `old` up to the first pod the change can affect."""
+        start = self.parting(old, planned) if self.incremental else 0
+        if start == 0:
+            done = self.run(planned)
+            return dataclasses.replace(done, runs=old.runs + 1, scheduled=old.scheduled + done.scheduled)
+        if start >= len(self.order):
+            result = CycleResult(old.result.binds, (), dict(old.result.unschedulable), ())
+            return self._outcome(planned, result, old.runs, old.scheduled)
+        kept = [b for b in old.result.binds if self.pos[b.pod] < start]
+        rest = self.order[start:]
+        tail = self._schedule(self.snapshot(planned, kept), rest)
+        unschedulable = {uid: s for uid, s in old.result.unschedulable.items() if self.pos[uid] < start}
+        unschedulable.update(tail.unschedulable)
+        result = CycleResult(tuple(kept) + tail.binds, (), unschedulable, ())
+        return self._outcome(planned, result, old.runs + 1, old.scheduled + len(rest))
+
+    def parting(self, old: Outcome, planned: Sequence[tuple[NodeName, int]]) -> int:
+        """Where a check of `planned` may first decide differently from `old`: the start of
+        the unit of the first pod a change can affect (len(order) when none; 0 = from scratch)."""
+        before = {name for name, _ in old.planned}
+        after = {name for name, _ in planned}
+        dropped = [(n, t) for n, t in old.planned if n not in after]
+        added = [(n, t) for n, t in planned if n not in before]
+        if any(n in old.first_use for n, _ in dropped):
+            return 0  # a node that got a pod is gone: nothing carries over
+        if added:
+            highest = max([*(self.after.cluster.names[i] for i in self.existing), *before], default="")
+            if min(n for n, _ in added) <= highest:
+                return 0  # a new node would win ties against older ones
+        grown = {t for _, t in added}
+        first = len(self.order)
+        for t in sorted(grown | {t for _, t in dropped}):
+            last_old = max((old.first_use.get(n, NEVER) for n, u in old.planned if u == t), default=-1)
+            if t in grown:
+                lo, hi = last_old, NEVER  # no fresh node of t was left: now there is one
+            else:
+                last_new = max((old.first_use.get(n, NEVER) for n, u in planned if u == t), default=-1)
+                lo, hi = last_new, last_old  # a fresh one was left, but only among the dropped
+            compatible = self._compatible(t)
+            j = bisect.bisect_right(compatible, lo)
+            if j < len(compatible) and compatible[j] <= hi:
+                first = min(first, compatible[j])
+        changed = sorted(grown | {t for _, t in dropped})
+        if changed:
+            fresh = self._fresh()
+            bound = {b.pod for b in old.result.binds}
+            for start, unit in self.gangs:
+                if start >= first:
+                    break
+                rolled_back = not any(p.uid in bound for p in unit)
+                if rolled_back and fresh[start:start + len(unit)][:, changed].any():
+                    first = start
+                    break
+        return self.unit_start[first] if first < len(self.order) else first
