@@ -106,3 +106,14 @@ def test_recent_faults_args_are_validated() -> None:
     assert parse_args(RecentFaultsArgs, {"halfLifeSeconds": 60}, "x").half_life_seconds == 60.0
     with pytest.raises(ProfileError, match="halfLifeSeconds must be a positive"):
         parse_args(RecentFaultsArgs, {"halfLifeSeconds": 0}, "profiles[0].pluginConfig[0].args")
+
+
+def test_recent_faults_scores_a_clean_cluster_all_alike() -> None:
+    snap = ClusterSnapshot.build([make_node("a").gpus(1).build(), make_node("b").gpus(1).build()])
+    plugin = RecentFaults(RecentFaultsArgs())
+    state = CycleState(random.Random(0), 100.0)
+    pod = make_pod("p").gpus(1).build()
+    assert plugin.score(state, pod, snap, np.array([1, 0])).tolist() == [1.0, 1.0]
+    faulted = quarantine(snap, NodeFault(NodeName("b"), "x"), now=100.0)
+    fresh = CycleState(random.Random(0), 100.0)
+    assert plugin.score(fresh, pod, faulted, np.array([1, 0])).tolist() == [0.0, 1.0]

@@ -20,6 +20,9 @@ from gpufleet.framework.interfaces import FloatArray, IntArray, ScorePlugin, Vie
 from gpufleet.model import PodSpec
 
 NAME = "RecentFaults"
+_KEY = "RecentFaults/scores"
+_CLEAN: FloatArray = np.ones(0)
+"""Marks a cycle without faults in the cycle state."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +41,20 @@ class RecentFaults:
         self.args = args
 
     def score(self, state: CycleState, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
-        age = np.maximum(state.now - view.usage.fault_at[nodes], 0.0)
-        score: FloatArray = 1.0 - np.exp2(-age / self.args.half_life_seconds)
+        # Fault times do not change within a cycle: score every node once per cycle, and skip
+        # the arithmetic entirely on a cluster without faults (the common case).
+        full = state.data.get(_KEY)
+        if full is None:
+            fault_at = view.usage.fault_at
+            if np.isfinite(fault_at).any():
+                age = np.maximum(state.now - fault_at, 0.0)
+                full = 1.0 - np.exp2(-age / self.args.half_life_seconds)
+            else:
+                full = _CLEAN
+            state.data[_KEY] = full
+        if full is _CLEAN:
+            return np.ones(len(nodes))
+        score: FloatArray = full[nodes]
         return score
 
 
