@@ -10,7 +10,7 @@ import pytest
 from gpufleet.cli.main import main
 from gpufleet.framework.plugins.recent_faults import NAME as RECENT_FAULTS
 from gpufleet.framework.queueing import QueueingConfig
-from gpufleet.sim import fault_experiment
+from gpufleet.sim import fault_experiment, fault_report
 from gpufleet.sim.fault_experiment import FaultRun
 
 
@@ -33,6 +33,10 @@ def test_the_experiment_writes_every_policy_with_the_same_faults_per_seed(
         assert row["gpu_hours_lost_to_faults"] >= 0 and row["gpu_hours_out_of_service"] > 0
     assert doc["meta"]["faults_per_gpu_hour"] == pytest.approx(20_000 * 0.798 * 419 / (16_384 * 54 * 24))
     assert "gang back (min)" in capsys.readouterr().err
+    again = tmp_path / "again.png"
+    fault_report.write_png(fault_report.runs_from_json(doc), doc["policies"], again, "replotted")
+    assert again.stat().st_size > 10_000
+    assert [r.gang_restarts for r in fault_report.runs_from_json(doc)] == [r["gang_restarts_s"] for r in runs]
 
 
 def test_bad_arguments_are_one_line_errors(small_philly: Path, tmp_path: Path,

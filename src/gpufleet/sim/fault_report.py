@@ -33,7 +33,8 @@ def terminal_table(rows: dict[str, dict[str, float]], title: str) -> None:
 
 
 def write_png(runs: Sequence[FaultRun], rows: dict[str, dict[str, float]], path: Path, title: str) -> None:
-    """GPU-hours lost per seed, out-of-service GPU-hours per seed, and every gang's time to run again."""
+    """GPU-hours lost per seed, out-of-service GPU-hours per seed (log scale), and every gang's
+    time to run again."""
     arms = list(rows)
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
     for ax, key, label in ((axes[0], "gpu_hours_lost_to_faults", "GPU-hours lost to faults (per seed)"),
@@ -46,15 +47,27 @@ def write_png(runs: Sequence[FaultRun], rows: dict[str, dict[str, float]], path:
         ax.set_title(label, fontsize=9)
         ax.tick_params(axis="x", labelsize=8)
         ax.grid(axis="y", alpha=0.3)
+    axes[1].set_yscale("log")
     ax = axes[2]
-    data = [[d / 60 for r in runs if r.arm == arm for d in r.gang_restarts] or [float("nan")] for arm in arms]
-    ax.boxplot(data, showmeans=True)
-    ax.set_xticks(range(1, len(arms) + 1), arms, fontsize=8)
+    for k, arm in enumerate(arms):  # every gang, not a box: at the default rate there are few
+        minutes = [d / 60 for r in runs if r.arm == arm for d in r.gang_restarts]
+        ax.scatter([k + (j % 5 - 2) * 0.05 for j in range(len(minutes))], minutes, color=f"C{k}", s=18)
+        if minutes:
+            ax.hlines(sum(minutes) / len(minutes), k - 0.3, k + 0.3, color=f"C{k}", lw=2)
+    ax.set_xticks(range(len(arms)), arms, fontsize=8)
     ax.set_yscale("log")
-    ax.set_title("minutes from the fault until a hit gang runs again", fontsize=9)
+    ax.set_title("minutes from the fault until a hit gang runs again\n(dots: gangs; bar: mean)", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def runs_from_json(doc: dict[str, object]) -> list[FaultRun]:
+    """The runs of a JSON file the experiment wrote (to plot it again)."""
+    runs = doc["runs"]
+    assert isinstance(runs, list)
+    return [FaultRun(r["policy"], r["seed"], {k: v for k, v in r.items() if isinstance(v, float)},
+                     list(r["gang_restarts_s"]), [], r["never_restarted"]) for r in runs]
