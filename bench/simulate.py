@@ -70,8 +70,12 @@ def main() -> None:
     ap.add_argument("--baseline-tasks", type=int, default=150)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    start = time.perf_counter()
     w = workload()
-    out: dict[str, object] = {"workload": w.name, "nodes": len(w.nodes), "machine": platform.machine()}
+    load_s = time.perf_counter() - start
+    print(f"loading the workload: {load_s:.2f} s", file=sys.stderr)
+    out: dict[str, object] = {"workload": w.name, "nodes": len(w.nodes), "machine": platform.machine(),
+                              "load_s": round(load_s, 2)}
     runs = {}
     for policy in args.policies.split(","):
         start = time.perf_counter()
