@@ -44,13 +44,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
 from gpufleet.core import faults as core_faults
 from gpufleet.core.result import Eviction
 from gpufleet.kube.events import EventRecorder
 from gpufleet.kube.metrics import Metrics
+from gpufleet.kube.translate import rfc3339_s
 from gpufleet.model import ClusterSnapshot, ModelError, NodeName, PodUid
 from gpufleet.model import annotations as ann
 
@@ -284,10 +284,10 @@ def _not_ready(node: Obj) -> tuple[str, float] | None:
     if ready is not None and ready.get("status") != "True":
         detail = ready.get("reason") or ready.get("message") or ""
         state = "NotReady" if ready.get("status") == "False" else "Ready Unknown (no word from its kubelet)"
-        return f"node {state}" + (f" ({detail})" if detail else ""), _time(ready.get("lastTransitionTime"))
+        return f"node {state}" + (f" ({detail})" if detail else ""), rfc3339_s(ready.get("lastTransitionTime"))
     for t in (node.get("spec") or {}).get("taints") or ():
         if t.get("key") in NOT_READY_TAINTS:
-            return f"node tainted {t.get('key')}:{t.get('effect', '')}", _time(t.get("timeAdded"))
+            return f"node tainted {t.get('key')}:{t.get('effect', '')}", rfc3339_s(t.get("timeAdded"))
     return None
 
 
@@ -305,15 +305,6 @@ def _unhealthy(node: Obj) -> dict[str, str]:
            for t in (node.get("spec") or {}).get("taints") or () if str(t.get("key", "")).startswith(HEALTH_TAINT_PREFIX)}
     return {g.uuid: f"unhealthy ({why[g.uuid]})" if why.get(g.uuid) else "reported unhealthy by the node agent"
             for g in gpus if not g.healthy}
-
-
-def _time(text: object) -> float:
-    if not text:
-        return 0.0
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 def _since(transition_wall: float, now: float, wall: float) -> float:

@@ -51,10 +51,10 @@ def key_of(obj: Obj) -> str:
 
 
 def created_s(obj: Obj) -> float:
-    return _time(meta(obj).get("creationTimestamp"))
+    return rfc3339_s(meta(obj).get("creationTimestamp"))
 
 
-def _time(text: object) -> float:
+def rfc3339_s(text: object) -> float:
     """RFC 3339 text as Unix seconds; 0.0 when absent or malformed."""
     if not text:
         return 0.0
@@ -238,7 +238,7 @@ def placement(pod: Obj, node: NodeInfo, spec: PodSpec) -> Placement:
     """What the bound `pod` holds on `node`; raises ModelError if its assignment does not fit the node."""
     a = assignment_of(pod)
     uid = spec.uid
-    started = _time((pod.get("status") or {}).get("startTime")) or spec.created_s
+    started = rfc3339_s((pod.get("status") or {}).get("startTime")) or spec.created_s
     if a is None or a.node != node.name:
         return Placement(uid, node.name, spec.cpu_milli, spec.mem_mib, pod_group=spec.pod_group, queue=spec.queue,
                          priority=spec.priority, preemptible=spec.preemptible, started_s=started)
