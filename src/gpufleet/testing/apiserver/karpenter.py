@@ -26,19 +26,17 @@ runs on the simulator's own thread; the store listener only queues it.
 from __future__ import annotations
 
 import copy
-import heapq
 import itertools
 import random
-import threading
-import time
 from types import TracebackType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from gpufleet.model import annotations as ann
 from gpufleet.testing.apiserver.meta import now_rfc3339
 from gpufleet.testing.apiserver.nodes import SHAPES, Shape, gpu_node
 from gpufleet.testing.apiserver.server import ApiServer
 from gpufleet.testing.apiserver.store import Event
+from gpufleet.testing.apiserver.timers import Timers
 
 Obj = dict[str, Any]
 CLAIMS = "nodeclaims.karpenter.sh"
@@ -53,28 +51,20 @@ class SimulatedKarpenter:
         self.launch_delay_s, self.agent_delay_s = launch_delay_s, agent_delay_s
         self._shapes = dict(shapes) if shapes is not None else {s.name: s for s in SHAPES if not s.mig}
         self._rng = random.Random(seed)
-        self._heap: list[tuple[float, int, str, str]] = []
-        self._seq = itertools.count()
-        self._cv = threading.Condition()
-        self._stopping = False
+        self._timers = Timers("simulated-karpenter")
         self._nodes = itertools.count(1)
         self._node_of: dict[str, str] = {}
         self._pending_inventory: dict[str, Obj] = {}
         self.launched: list[tuple[str, str]] = []
         """(claim name, node name) for every node launched, in order."""
-        self._thread = threading.Thread(target=self._run, name="simulated-karpenter", daemon=True)
         srv.store.listeners.append(self._on_event)
 
     def start(self) -> SimulatedKarpenter:
-        self._thread.start()
+        self._timers.start()
         return self
 
     def stop(self) -> None:
-        with self._cv:
-            self._stopping = True
-            self._cv.notify()
-        if self._thread.is_alive():
-            self._thread.join(5)
+        self._timers.stop()
 
     def __enter__(self) -> SimulatedKarpenter:
         return self.start()
@@ -94,19 +84,8 @@ class SimulatedKarpenter:
             self._schedule(0.0, "terminate", name)
 
     def _schedule(self, delay_s: float, action: str, name: str) -> None:
-        with self._cv:
-            heapq.heappush(self._heap, (time.monotonic() + delay_s, next(self._seq), action, name))
-            self._cv.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._stopping and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    self._cv.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
-                if self._stopping:
-                    return
-                _, _, action, name = heapq.heappop(self._heap)
-            getattr(self, f"_{action}")(name)
+        run: Callable[[str], None] = getattr(self, f"_{action}")
+        self._timers.after(delay_s, lambda: run(name))
 
     # -- actions ------------------------------------------------------------------------------
     def _launch(self, claim_name: str) -> None:

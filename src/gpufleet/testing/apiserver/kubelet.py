@@ -15,15 +15,13 @@ only queues work) and does the work on its own thread; it never blocks a writer.
 from __future__ import annotations
 
 import copy
-import heapq
 import itertools
-import threading
-import time
 from typing import Any
 
 from gpufleet.testing.apiserver import meta
 from gpufleet.testing.apiserver.pods import set_condition
 from gpufleet.testing.apiserver.store import Event, Store
+from gpufleet.testing.apiserver.timers import Timers
 
 DURATION_ANNOTATION = "gpufleet.io/sim-duration-seconds"
 EXIT_CODE_ANNOTATION = "gpufleet.io/sim-exit-code"
@@ -34,24 +32,16 @@ class Kubelets:
     def __init__(self, store: Store, *, start_delay_s: float = 0.05) -> None:
         self._store = store
         self._start_delay_s = start_delay_s
-        self._heap: list[tuple[float, int, str, str, str, str]] = []
-        self._seq = itertools.count()
-        self._cv = threading.Condition()
+        self._timers = Timers("gpufleet-test-kubelets")
         self._started: set[str] = set()
-        self._stopping = False
         self._ips = itertools.count(1)
-        self._thread = threading.Thread(target=self._run, name="gpufleet-test-kubelets", daemon=True)
         store.listeners.append(self._on_event)
 
     def start(self) -> None:
-        self._thread.start()
+        self._timers.start()
 
     def stop(self) -> None:
-        with self._cv:
-            self._stopping = True
-            self._cv.notify()
-        if self._thread.is_alive():
-            self._thread.join(5)
+        self._timers.stop()
 
     def _on_event(self, ev: Event) -> None:
         if ev.storage_key != "pods":
@@ -69,26 +59,17 @@ class Kubelets:
         self._schedule(self._start_delay_s, "start", m.get("namespace", ""), m["name"], uid)
 
     def _schedule(self, delay_s: float, action: str, namespace: str, name: str, uid: str) -> None:
-        with self._cv:
-            heapq.heappush(self._heap, (time.monotonic() + delay_s, next(self._seq), action, namespace, name, uid))
-            self._cv.notify()
+        self._timers.after(delay_s, lambda: self._act(action, namespace, name, uid))
 
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._stopping and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    self._cv.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
-                if self._stopping:
-                    return
-                _, _, action, namespace, name, uid = heapq.heappop(self._heap)
-            with self._store.lock:  # never while holding _cv: writers call _on_event under this lock
-                pod = self._store.get("pods", namespace, name)
-                if pod is None or pod["metadata"]["uid"] != uid:
-                    continue
-                if action == "start":
-                    self._start(pod)
-                else:
-                    self._finish(pod)
+    def _act(self, action: str, namespace: str, name: str, uid: str) -> None:
+        with self._store.lock:  # on the timer thread: writers call _on_event under this lock
+            pod = self._store.get("pods", namespace, name)
+            if pod is None or pod["metadata"]["uid"] != uid:
+                return
+            if action == "start":
+                self._start(pod)
+            else:
+                self._finish(pod)
 
     def _start(self, pod: Obj) -> None:
         node = self._store.get("nodes", "", pod["spec"]["nodeName"])
