@@ -180,10 +180,13 @@ class Binder:
         return True
 
     # -- evictions --------------------------------------------------------------------------
-    def evict(self, key: str, obj: Obj, why: str, *, attempts: int = 5) -> Future[bool]:
-        return self._pool.submit(self._evict, key, obj, why, attempts)
+    def evict(self, key: str, obj: Obj, why: str, *, attempts: int = 5,
+              event: str | None = "Preempted") -> Future[bool]:
+        """Evict through the Eviction API; on success record a Normal event `event` (None: the
+        caller records its own, as the fault follower does)."""
+        return self._pool.submit(self._evict, key, obj, why, attempts, event)
 
-    def _evict(self, key: str, obj: Obj, why: str, attempts: int) -> bool:
+    def _evict(self, key: str, obj: Obj, why: str, attempts: int, event: str | None) -> bool:
         """POST pods/{name}/eviction; a 429 (a PodDisruptionBudget says not now) waits and retries."""
         m = meta(obj)
         body = {"apiVersion": "policy/v1", "kind": "Eviction",
@@ -209,7 +212,8 @@ class Binder:
                 log.warning("%s", exc)
                 return False
             self._metrics.evictions.labels("evicted").inc()
-            self._events.record(obj, reason="Preempted", note=why, action="Preempting")
+            if event is not None:
+                self._events.record(obj, reason=event, note=why, action="Preempting")
             return True
         return False
 

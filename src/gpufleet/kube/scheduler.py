@@ -345,7 +345,8 @@ class SchedulerService:
             if obj is None or self._evicting.get(e.pod, 0.0) > now:
                 continue
             self._evicting[e.pod] = now + self.settings.eviction_retry_s
-            future = self.binder.evict(translate.key_of(obj), obj, e.reason)
+            future = self.binder.evict(translate.key_of(obj), obj, e.reason,
+                                       event="Preempted" if preemption else None)
             if preemption:
                 future.add_done_callback(self._evicted(e.pod))
 

@@ -206,6 +206,7 @@ def test_a_failed_gpu_evicts_the_gang_which_its_controller_restarts_elsewhere(sr
     assert len(after) == 2 and all(a is not None and uuid not in a.gpus for _, _, a in after)
     notes = {e["involvedObject"]["name"]: e["message"] for e in events(srv, "GpuFault")}
     assert set(notes) == {"m0", "m1"} and uuid in notes["m0"] and "pod group default/g" in notes["m1"]
+    assert events(srv, "Preempted") == [], "a fault victim gets its fault's event, not a preemption's"
     evictions = [r.path for r in srv.requests if r.method == "POST" and r.path.endswith("/eviction")]
     assert sorted(evictions) == [f"/api/v1/namespaces/default/pods/{m}/eviction" for m in ("m0", "m1")]
     print(f"gang evicted {latency:.2f} s after the GPU failed (grace 0.5 s)")
