@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from gpufleet.sim.autoscale_experiment import Experiment  # noqa: E402
+from gpufleet.sim.report import print_table  # noqa: E402
 
 COLUMNS = (("gpu_hours_paid", "GPU-h paid", "{:,.0f}"), ("idle_gpu_hours", "idle GPU-h", "{:,.0f}"),
            ("cost", "cost", "{:,.0f}"), ("wait_p95_s", "p95 wait (s)", "{:.0f}"),
@@ -33,16 +34,9 @@ def cell(row: dict[str, float], key: str, fmt: str) -> str:
 
 
 def terminal_table(rows: dict[str, dict[str, float]], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    table.add_column("arm")
-    for _, label, _ in COLUMNS:
-        table.add_column(label, justify="right")
-    for arm, row in rows.items():
-        table.add_row(arm, *(cell(row, key, fmt) for key, _, fmt in COLUMNS))
-    Console(stderr=True, width=160).print(table)
+    print_table(title, "arm", [label for _, label, _ in COLUMNS],
+                ([name, *(cell(row, key, fmt) for key, _, fmt in COLUMNS)] 
+                 for name, row in rows.items()), width=160)
 
 
 def markdown_table(rows: dict[str, dict[str, float]]) -> str:

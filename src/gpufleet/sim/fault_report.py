@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from gpufleet.sim.fault_experiment import FaultRun  # noqa: E402
+from gpufleet.sim.report import print_table  # noqa: E402
 
 COLUMNS = (("faults", "faults/seed", 1.0), ("gpu_hours_lost_to_faults", "GPU-h lost", 1.0),
            ("gpu_hours_out_of_service", "GPU-h out of service", 1.0),
@@ -20,16 +21,9 @@ COLUMNS = (("faults", "faults/seed", 1.0), ("gpu_hours_lost_to_faults", "GPU-h l
 
 
 def terminal_table(rows: dict[str, dict[str, float]], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    table.add_column("policy")
-    for _, label, _ in COLUMNS:
-        table.add_column(label, justify="right")
-    for arm, row in rows.items():
-        table.add_row(arm, *(f"{row[key] * scale:.3g}" for key, _, scale in COLUMNS))
-    Console(stderr=True, width=160).print(table)
+    print_table(title, "policy", [label for _, label, _ in COLUMNS],
+                ([name, *(f"{row[key] * scale:.3g}" for key, _, scale in COLUMNS)] 
+                 for name, row in rows.items()), width=160)
 
 
 def write_png(runs: Sequence[FaultRun], rows: dict[str, dict[str, float]], path: Path, title: str) -> None:

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from gpufleet.sim.queue_experiment import QueueRun  # noqa: E402
 from gpufleet.sim.queue_kpis import QueueSample  # noqa: E402
-from gpufleet.sim.report import _png  # noqa: E402
+from gpufleet.sim.report import _png, print_table  # noqa: E402
 
 COLUMNS = (("jct_mean_s", "mean JCT (h)", 1 / 3600), ("jct_p99_s", "p99 JCT (h)", 1 / 3600),
            ("wait_max_s", "max wait (h)", 1 / 3600), ("jain_fairness", "Jain", 1.0),
@@ -26,16 +26,8 @@ COLUMNS = (("jct_mean_s", "mean JCT (h)", 1 / 3600), ("jct_p99_s", "p99 JCT (h)"
 
 
 def terminal_table(rows: dict[str, dict[str, float]], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    table.add_column("policy")
-    for _, label, _ in COLUMNS:
-        table.add_column(label, justify="right")
-    for policy, row in rows.items():
-        table.add_row(policy, *(f"{row[key] * scale:.3g}" for key, _, scale in COLUMNS))
-    Console(stderr=True, width=150).print(table)
+    print_table(title, "policy", [label for _, label, _ in COLUMNS],
+                ([name, *(f"{row[key] * scale:.3g}" for key, _, scale in COLUMNS)] for name, row in rows.items()))
 
 
 def shares_png(runs: Sequence[tuple[str, Sequence[QueueSample]]]) -> str:

@@ -8,7 +8,7 @@ import html
 import io
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import matplotlib
 
@@ -95,17 +95,23 @@ def write_html(summary: Summary, path: Path, title: str, meta: dict[str, object]
                     f"<table><tr><th>policy</th>{head}</tr>{rows}</table>{figures}</body></html>")
 
 
-def terminal_table(summary: Summary, title: str) -> None:
+def print_table(title: str, first: str, labels: Sequence[str], rows: Iterable[Sequence[str]],
+                width: int = 150) -> None:
+    """A right-aligned table on stderr (the terminal output of every experiment command)."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title)
-    table.add_column("policy")
-    for c in COLUMNS:
-        table.add_column(f"@{c}%", justify="right")
-    for row in table_rows(summary):
+    table.add_column(first)
+    for label in labels:
+        table.add_column(label, justify="right")
+    for row in rows:
         table.add_row(*row)
-    Console(stderr=True, width=150).print(table)
+    Console(stderr=True, width=width).print(table)
+
+
+def terminal_table(summary: Summary, title: str) -> None:
+    print_table(title, "policy", [f"@{c}%" for c in COLUMNS], table_rows(summary))
 
 
 
@@ -115,16 +121,8 @@ TIME_COLUMNS = ("jct_mean_s", "jct_p50_s", "jct_p99_s", "wait_mean_s", "wait_p99
 
 
 def time_table(summary: dict[str, dict[str, dict[str, float]]], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    table.add_column("policy")
-    for c in TIME_COLUMNS:
-        table.add_column(c, justify="right")
-    for policy, metrics in summary.items():
-        table.add_row(policy, *(f"{metrics[c]['mean']:.3g}" for c in TIME_COLUMNS))
-    Console(stderr=True, width=150).print(table)
+    print_table(title, "policy", TIME_COLUMNS,
+                ([policy, *(f"{metrics[c]['mean']:.3g}" for c in TIME_COLUMNS)] for policy, metrics in summary.items()))
 
 
 def write_time_html(summary: dict[str, dict[str, dict[str, float]]],
