@@ -48,6 +48,10 @@ CASES: list[Case] = [
     ("milli free on one device and memory free on another do not add up to a fit",
      *SPLIT, make_pod("p").fraction(300, mem_mib=4 * GIB).build(), [False], {},
      {"Insufficient GPU memory": [True]}),
+    ("a free GPU takes a fraction with a GPU-memory request (no per-device check needed)",
+     [make_node("a").gpus(2, **T4).build(), make_node("b").gpus(1, **T4).build()],  # type: ignore[arg-type]
+     [holding("r0", "a", gpus=(0,), milli=200, gpu_mem_mib=15 * GIB), holding("r1", "b", gpus=(0,), milli=100)],
+     make_pod("p").fraction(300, mem_mib=4 * GIB).build(), [True, True], {0: (1,), 1: (0,)}, {}),
     ("a fraction without a GPU-memory request ignores GPU memory",
      *SPLIT, make_pod("p").fraction(300).build(), [True], {0: (0,)}, {}),
     ("a fraction larger than any device's free share is Insufficient GPU, not also memory",

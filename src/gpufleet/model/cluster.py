@@ -105,7 +105,7 @@ class Usage:
     """Mutable usage arrays plus the per-node aggregates filters read. `copy()` is cheap."""
 
     __slots__ = ("cluster", "free_cpu", "free_mem", "free_pods", "gpu_used_milli", "gpu_used_mem",
-                 "gpu_healthy", "slice_used", "free_whole", "max_free_milli", "max_free_gmem",
+                 "gpu_healthy", "slice_used", "free_whole", "max_free_milli", "max_free_gmem", "whole_gmem",
                  "free_milli_total", "usable_gpus", "max_free_domain", "max_free_numa", "free_slices", "class_pods",
                  "node_ready", "fault_at", "version")
 
@@ -125,6 +125,9 @@ class Usage:
         self.max_free_milli: I64 = np.zeros(n, dtype=np.int64)
         """Largest free share on one healthy non-MIG GPU."""
         self.max_free_gmem: I64 = np.zeros(n, dtype=np.int64)
+        self.whole_gmem: I64 = np.zeros(n, dtype=np.int64)
+        """Most GPU memory on one healthy non-MIG GPU with nothing on it (0 when none is free):
+        a fraction asking for no more than this fits on that GPU."""
         self.free_milli_total: I64 = np.zeros(n, dtype=np.int64)
         self.usable_gpus: I64 = np.zeros(n, dtype=np.int64)
         """Healthy non-MIG GPUs: the capacity whole-GPU and fractional work can count on."""
@@ -168,7 +171,7 @@ class Usage:
         cap_mem = c.gpu_mem[i].tolist()
         domain = c.nvlink[i].tolist()
         numa = c.numa[i].tolist()
-        whole = best_milli = best_mem = total = usable = 0
+        whole = best_milli = best_mem = whole_mem = total = usable = 0
         per_domain: dict[int, int] = {}
         per_numa: dict[int, int] = {}
         for j in range(n):
@@ -179,6 +182,7 @@ class Usage:
             total += free
             if free == GPU_MILLI and gmem[j] == 0:
                 whole += 1
+                whole_mem = max(whole_mem, cap_mem[j])
                 d = domain[j] if domain[j] >= 0 else -1 - j
                 per_domain[d] = per_domain.get(d, 0) + 1
                 per_numa[numa[j]] = per_numa.get(numa[j], 0) + 1
@@ -187,6 +191,7 @@ class Usage:
         self.free_whole[i] = whole
         self.max_free_milli[i] = best_milli
         self.max_free_gmem[i] = best_mem
+        self.whole_gmem[i] = whole_mem
         self.free_milli_total[i] = total
         self.usable_gpus[i] = usable
         self.max_free_domain[i] = max(per_domain.values(), default=0)

@@ -59,8 +59,11 @@ class GpuFit:
             mask = u.max_free_milli >= g.milli
             if g.mem_mib:
                 mask &= u.max_free_gmem >= g.mem_mib
-                idx = np.flatnonzero(mask)
-                mask[idx] = fraction_fits(view, pod, idx)
+                # A free GPU with that much memory takes any fraction; only the other nodes
+                # need the per-device check (the most free milli and memory may be on different GPUs).
+                idx = np.flatnonzero(mask & (u.whole_gmem < g.mem_mib))
+                if len(idx):
+                    mask[idx] = fraction_fits(view, pod, idx)
         else:
             pid = view.cluster.mig_profile_id.get(g.mig_profile or "")
             if pid is None:
