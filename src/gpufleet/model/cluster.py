@@ -9,7 +9,6 @@ whole GPUs, largest free fraction, free MIG slices per profile) that filters rea
 
 from __future__ import annotations
 
-import itertools
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -62,20 +61,36 @@ class Cluster:
         slice_prof: list[int] = []
         self.slice_start: I64 = np.zeros(n, dtype=np.int64)
         self.slice_end: I64 = np.zeros(n, dtype=np.int64)
+        # Per GPU, flat (node row, index): gathered in lists, written into the arrays at once.
+        rows: list[int] = []
+        cols: list[int] = []
+        whole_ok: list[bool] = []
+        mem: list[int] = []
+        healthy: list[bool] = []
+        numa: list[int] = []
+        link: list[int] = []
         for i, node in enumerate(ordered):
             self.slice_start[i] = len(slice_gpu)
             for j, gpu in enumerate(node.gpus):
-                self.gpu_present[i, j] = True
-                self.gpu_whole_ok[i, j] = not gpu.mig_enabled
-                self.gpu_mem[i, j] = gpu.mem_mib
-                self.gpu_healthy0[i, j] = gpu.healthy
-                self.numa[i, j] = gpu.numa_node
-                if gpu.nvlink_domain is not None:
-                    self.nvlink[i, j] = domains.setdefault((i, gpu.nvlink_domain), len(domains))
+                rows.append(i)
+                cols.append(j)
+                whole_ok.append(not gpu.mig_enabled)
+                mem.append(gpu.mem_mib)
+                healthy.append(gpu.healthy)
+                numa.append(gpu.numa_node)
+                link.append(-1 if gpu.nvlink_domain is None
+                            else domains.setdefault((i, gpu.nvlink_domain), len(domains)))
                 for s in gpu.mig_slices:
                     slice_gpu.append(j)
                     slice_prof.append(self.mig_profile_id[s])
             self.slice_end[i] = len(slice_gpu)
+        at = (np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64))
+        self.gpu_present[at] = True
+        self.gpu_whole_ok[at] = whole_ok
+        self.gpu_mem[at] = mem
+        self.gpu_healthy0[at] = healthy
+        self.numa[at] = numa
+        self.nvlink[at] = link
         self.slice_gpu: I64 = np.array(slice_gpu, dtype=np.int64)
         self.slice_prof: I64 = np.array(slice_prof, dtype=np.int64)
         self.names: tuple[NodeName, ...] = tuple(names)
@@ -97,8 +112,17 @@ def gpu_class(p: Placement) -> int:
     return {1: 1, 2: 2, 4: 3, 8: 4}.get(len(p.gpus), 5)
 
 
-_STAMPS = itertools.count(1)
-"""Process-wide source of node-state stamps (see `Usage.version`)."""
+_next_stamp = [1]
+"""Process-wide source of node-state stamps (see `Usage.version`): the next one to hand out."""
+ROWS_VECTORISED = 16
+"""From this many rows on, `refresh_rows` works on arrays; below, row by row is faster."""
+
+
+def _stamps(k: int) -> I64:
+    """k fresh stamps, never handed out before in this process."""
+    first = _next_stamp[0]
+    _next_stamp[0] = first + k
+    return np.arange(first, first + k, dtype=np.int64)
 
 
 class Usage:
@@ -146,8 +170,7 @@ class Usage:
         Equal stamps mean the same node state, across copies of this Usage too, so plugins
         may cache per-node results across cycles keyed on it. It carries no meaning beyond
         identity and never influences a decision."""
-        for i in range(n):
-            self.refresh_row(i)
+        self.refresh_rows(np.arange(n))
 
     def copy(self) -> Usage:
         new = object.__new__(Usage)
@@ -196,14 +219,60 @@ class Usage:
         self.usable_gpus[i] = usable
         self.max_free_domain[i] = max(per_domain.values(), default=0)
         self.max_free_numa[i] = max(per_numa.values(), default=0)
-        start, end = int(c.slice_start[i]), int(c.slice_end[i])
-        if end > start:
-            row = self.free_slices[i]
-            row[:] = 0
-            for s in range(start, end):
-                if ready and not self.slice_used[s] and self.gpu_healthy[i, c.slice_gpu[s]]:
-                    row[c.slice_prof[s]] += 1
-        self.version[i] = next(_STAMPS)
+        if c.slice_end[i] > c.slice_start[i]:
+            self._refresh_slices(i)
+        self.version[i] = _next_stamp[0]
+        _next_stamp[0] += 1
+
+    def _refresh_slices(self, i: int) -> None:
+        """Free MIG slices per profile on node i (healthy GPU, node ready)."""
+        c = self.cluster
+        ready = bool(self.node_ready[i])
+        row = self.free_slices[i]
+        row[:] = 0
+        for s in range(int(c.slice_start[i]), int(c.slice_end[i])):
+            if ready and not self.slice_used[s] and self.gpu_healthy[i, c.slice_gpu[s]]:
+                row[c.slice_prof[s]] += 1
+
+    def refresh_rows(self, rows: I64) -> None:
+        """`refresh_row` for many nodes at once (array operations over their GPUs); the same
+        aggregates, each row stamped afresh. Used when many rows change together (a new
+        snapshot, a batch of placements)."""
+        k = len(rows)
+        if k == 0:
+            return
+        if k < ROWS_VECTORISED:
+            for i in rows.tolist():
+                self.refresh_row(i)
+            return
+        c = self.cluster
+        ok = c.gpu_whole_ok[rows] & self.gpu_healthy[rows] & self.node_ready[rows, None]
+        free = GPU_MILLI - self.gpu_used_milli[rows]
+        gmem = self.gpu_used_mem[rows]
+        cap = c.gpu_mem[rows]
+        whole = ok & (free == GPU_MILLI) & (gmem == 0)
+        self.usable_gpus[rows] = ok.sum(axis=1)
+        self.free_whole[rows] = whole.sum(axis=1)
+        self.free_milli_total[rows] = np.where(ok, free, 0).sum(axis=1)
+        self.max_free_milli[rows] = np.maximum(np.where(ok, free, 0).max(axis=1), 0)
+        self.max_free_gmem[rows] = np.maximum(np.where(ok, cap - gmem, 0).max(axis=1), 0)
+        self.whole_gmem[rows] = np.where(whole, cap, 0).max(axis=1)
+        # Whole GPUs per NVLink domain (ids are unique across nodes; a GPU without one counts alone).
+        link = c.nvlink[rows]
+        linked = whole & (link >= 0)
+        per_link = np.bincount(link[linked], minlength=max(int(c.nvlink.max(initial=-1)) + 1, 1))
+        in_domain = np.where(linked, per_link[np.where(linked, link, 0)], 0).max(axis=1)
+        alone = (whole & (link < 0)).any(axis=1)
+        self.max_free_domain[rows] = np.maximum(in_domain, alone.astype(np.int64))
+        # Whole GPUs per NUMA node of the same node (GPUs without NUMA information form one group).
+        numa = c.numa[rows].astype(np.int64) + 1
+        width = int(numa.max(initial=0)) + 1
+        key = np.arange(k)[:, None] * width + numa
+        per_numa = np.bincount(key[whole], minlength=k * width)
+        self.max_free_numa[rows] = np.where(whole, per_numa[key], 0).max(axis=1)
+        for i in rows[c.slice_end[rows] > c.slice_start[rows]].tolist():
+            self._refresh_slices(i)
+        self.version[rows] = _stamps(k)
 
     # -- mutation -------------------------------------------------------------------------
     def place_all(self, items: Iterable[tuple[Placement, int]], sign: int = 1) -> None:
@@ -212,8 +281,7 @@ class Usage:
         for p, i in items:
             self.place(p, i, sign, refresh=False)
             touched.add(i)
-        for i in touched:
-            self.refresh_row(i)
+        self.refresh_rows(np.array(sorted(touched), dtype=np.int64))
 
     def place(self, p: Placement, i: int, sign: int = 1, *, refresh: bool = True) -> None:
         """Add (sign=1) or remove (sign=-1) a placement's holdings on node index i."""
