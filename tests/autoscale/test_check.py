@@ -23,28 +23,12 @@ from gpufleet.core.cycle import schedule
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.profile import Profile, build_profile
 from gpufleet.framework.profiles import builtin
-from gpufleet.model import ClusterSnapshot, NodeInfo, NodeName, PodGroup, PodSpec, Taint
+from gpufleet.model import ClusterSnapshot, NodeInfo, NodeName, PodGroup, PodSpec
 from gpufleet.testing import make_node, make_pod
+from template_strategies import GIB, MODELS, templates
 
-GIB = 1024
-MODELS = ("H100-80GB", "A100-80GB", "L40S")
 MIG_LAYOUTS = ((), ("1g.10gb",) * 7)
 PROFILE = build_profile(builtin("default"))
-
-
-@st.composite
-def templates(draw: st.DrawFn) -> list[NodeTemplate]:
-    out = []
-    for i in range(draw(st.integers(1, 4))):
-        model = draw(st.sampled_from(MODELS))
-        gpus = draw(st.sampled_from((1, 2, 4, 8)))
-        layout = draw(st.sampled_from(MIG_LAYOUTS)) if model != "L40S" else ()
-        taints = (Taint("dedicated", "ml"),) if draw(st.integers(0, 4)) == 0 else ()
-        out.append(NodeTemplate(f"t{i}", 16_000 * gpus, 64 * GIB * gpus, float(gpus), gpu_model=model, gpus=gpus,
-                                gpu_mem_mib=80 * GIB, mig_layout=layout, taints=taints))
-    if draw(st.booleans()):
-        out.append(NodeTemplate("cpu", 32_000, 128 * GIB, 1.0))
-    return out
 
 
 def pod(draw: st.DrawFn, name: str, created: float) -> PodSpec:
@@ -128,7 +112,7 @@ def same(got: Outcome, want: CycleResult) -> None:
 @given(st.data())
 def test_check_and_rerun_bind_what_a_full_schedule_binds(data: st.DataObject) -> None:
     after, done = data.draw(current())
-    tpls = data.draw(templates())
+    tpls = data.draw(templates(layouts=MIG_LAYOUTS, cpu_template=True))
     left, groups = data.draw(pods("p", 16))
     for key in sorted(after.pod_groups)[:1]:  # pending members of a gang that partly runs
         left += [make_pod(f"late-{k}").cpu(4000).mem_mib(8 * GIB).gpus(1).gang(key.split("/")[1]).build()
@@ -228,7 +212,7 @@ def _key(p: Plan) -> tuple[object, ...]:
 @given(st.data())
 def test_plan_is_the_same_with_every_check_in_full(data: st.DataObject) -> None:
     after, _ = data.draw(current())
-    tpls = data.draw(templates())
+    tpls = data.draw(templates(layouts=MIG_LAYOUTS, cpu_template=True))
     pending, groups = data.draw(pods("p", 24))
     snap = after.with_pod_groups(groups)
     fast = plan(pending, tpls, snap)

@@ -17,28 +17,12 @@ from gpufleet.autoscale import TEMPLATE_LABEL, NodeTemplate, plan
 from gpufleet.core.cycle import schedule
 from gpufleet.framework.profile import build_profile
 from gpufleet.framework.profiles import builtin
-from gpufleet.model import ClusterSnapshot, NodeInfo, PodGroup, PodSpec, Taint
+from gpufleet.model import ClusterSnapshot, NodeInfo, PodGroup, PodSpec
 from gpufleet.testing import make_node, make_pod
+from template_strategies import GIB, MODELS, templates
 
-GIB = 1024
-MODELS = ("H100-80GB", "A100-80GB", "L40S")
 MIG_LAYOUTS = ((), ("1g.10gb",) * 7, ("3g.40gb", "3g.40gb"))
 PROFILE = build_profile(builtin("default"))
-
-
-@st.composite
-def templates(draw: st.DrawFn) -> list[NodeTemplate]:
-    out = []
-    for i in range(draw(st.integers(1, 4))):
-        model = draw(st.sampled_from(MODELS))
-        gpus = draw(st.sampled_from((1, 2, 4, 8)))
-        layout = draw(st.sampled_from(MIG_LAYOUTS)) if model != "L40S" else ()
-        taints = (Taint("dedicated", "ml"),) if draw(st.integers(0, 4)) == 0 else ()
-        out.append(NodeTemplate(f"t{i}", 16_000 * gpus, 64 * GIB * gpus, float(draw(st.integers(1, 20)) * gpus),
-                                gpu_model=model, gpus=gpus, gpu_mem_mib=80 * GIB, mig_layout=layout, taints=taints,
-                                max_nodes=draw(st.one_of(st.none(), st.integers(0, 4))),
-                                max_gpus=draw(st.one_of(st.none(), st.integers(0, 24)))))
-    return out
 
 
 @st.composite
@@ -82,7 +66,7 @@ def cluster(draw: st.DrawFn, tpls: list[NodeTemplate]) -> list[NodeInfo]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_served_pods_are_bound_by_the_scheduler_and_pool_limits_hold(data: st.DataObject) -> None:
-    tpls = data.draw(templates())
+    tpls = data.draw(templates(layouts=MIG_LAYOUTS, varied_prices=True, pool_limits=True))
     pods, groups = data.draw(pending())
     nodes = data.draw(cluster(tpls))
     snap = ClusterSnapshot.build(nodes, (), groups)
