@@ -114,6 +114,8 @@ def test_recent_faults_scores_a_clean_cluster_all_alike() -> None:
     state = CycleState(random.Random(0), 100.0)
     pod = make_pod("p").gpus(1).build()
     assert plugin.score(state, pod, snap, np.array([1, 0])).tolist() == [1.0, 1.0]
+    assert plugin.uniform(state, pod, snap), "the core leaves it out of the sum"
     faulted = quarantine(snap, NodeFault(NodeName("b"), "x"), now=100.0)
     fresh = CycleState(random.Random(0), 100.0)
     assert plugin.score(fresh, pod, faulted, np.array([1, 0])).tolist() == [0.0, 1.0]
+    assert not plugin.uniform(fresh, pod, faulted)

@@ -64,6 +64,22 @@ def test_gang_members_score_100_on_chosen_nodes_and_50_in_the_same_rack() -> Non
     assert topo.score(st, second, snap, every).tolist() == [0.0] * 5
 
 
+def test_uniform_exactly_when_no_component_applies() -> None:
+    """The core leaves a uniform scorer out of the sum: it may say so only when every node scores alike."""
+    topo, st, snap = Topology(TopologyArgs()), state(), snapshot(GANG_NODES)
+    every = np.arange(5)
+    first, second = make_pod("m0").gpus(1).gang("g").build(), make_pod("m1").gpus(1).gang("g").build()
+    single, big = make_pod("s").fraction(300).build(), make_pod("b").gpus(4).build()
+    assert topo.uniform(st, single, snap) and topo.uniform(st, first, snap)
+    assert not topo.uniform(st, big, snap)
+    topo.reserve(st, first, snap, 0)
+    assert not topo.uniform(st, second, snap)
+    assert topo.uniform(st, make_pod("o").gpus(1).gang("other").build(), snap)
+    for pod in (single, first):
+        assert len(set(topo.score(st, pod, snap, every).tolist())) == 1, pod.uid
+    assert len(set(topo.score(st, second, snap, every).tolist())) > 1
+
+
 def test_a_gang_without_a_rack_is_only_pulled_to_its_nodes() -> None:
     topo, st, snap = Topology(TopologyArgs()), state(), snapshot(GANG_NODES)
     topo.reserve(st, make_pod("m0").gpus(1).gang("g").build(), snap, 3)

@@ -126,13 +126,20 @@ class _Cycle:
         if not self.profile.scores:
             return int(nodes[0])
         # Score even a single feasible node: a scorer may also be the device picker (FGD).
+        # A scorer with no preference for this pod adds the same value to every node: left out.
         total: np.ndarray | None = None
-        for (plugin, weight), normalize in zip(self.profile.scores, self.profile.normalizing):
+        for (plugin, weight), normalize, uniform in zip(self.profile.scores, self.profile.normalizing,
+                                                        self.profile.uniform):
+            if uniform and plugin.uniform(self.state, pod, self.view):  # type: ignore[attr-defined]
+                continue
             scores = plugin.score(self.state, pod, self.view, nodes)
             if normalize:
                 scores = plugin.normalize_score(scores)  # type: ignore[attr-defined]
-            total = weight * scores if total is None else total + weight * scores
-        assert total is not None
+            if weight != 1:
+                scores = weight * scores
+            total = scores if total is None else total + scores
+        if total is None:
+            return int(nodes[0])
         return int(nodes[int(np.argmax(total))])  # argmax returns the first: the lowest node name
 
     def _placement(self, pod: PodSpec, node: int) -> Placement:

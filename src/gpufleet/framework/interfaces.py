@@ -79,6 +79,15 @@ class ScorePlugin(Plugin, Protocol):
 
 
 @runtime_checkable
+class UniformScorePlugin(ScorePlugin, Protocol):
+    def uniform(self, state: CycleState, pod: PodSpec, view: View) -> bool:
+        """True when `score` would give every node the same value for `pod` (the plugin has
+        no preference for it): the core then leaves the plugin out of the sum, since a
+        constant changes no choice. Must be cheaper than `score`."""
+        ...
+
+
+@runtime_checkable
 class NormalizeScorePlugin(ScorePlugin, Protocol):
     def normalize_score(self, scores: FloatArray) -> FloatArray:
         """Map raw scores to 0..100 (e.g. min-max across the feasible nodes)."""

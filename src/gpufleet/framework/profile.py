@@ -25,7 +25,7 @@ from typing import Any, Mapping, get_args, get_origin, get_type_hints
 import yaml
 
 from gpufleet.framework.interfaces import (DevicePicker, FilterPlugin, NormalizeScorePlugin, PermitPlugin, Plugin,
-                                           PreFilterPlugin, ReservePlugin, ScorePlugin)
+                                           PreFilterPlugin, ReservePlugin, ScorePlugin, UniformScorePlugin)
 from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.framework.registry import BuildContext, Entry, NoArgs, default_registry
 
@@ -68,6 +68,8 @@ class Profile:
     normalizing: tuple[bool, ...] = ()
     """Per entry of `scores`: whether it normalises (classified once here, not per cycle)."""
     queueing: QueueingConfig = QueueingConfig()
+    uniform: tuple[bool, ...] = ()
+    """Per entry of `scores`: whether it can say it has no preference for a pod (`UniformScorePlugin`)."""
 
 
 def build_profile(settings: ProfileSettings, context: BuildContext = BuildContext(),
@@ -104,7 +106,8 @@ def build_profile(settings: ProfileSettings, context: BuildContext = BuildContex
                    tuple(p for p in every if isinstance(p, ReservePlugin)),
                    tuple(p for p in every if isinstance(p, PermitPlugin)),
                    tuple(isinstance(p, NormalizeScorePlugin) for p, _ in scores),
-                   settings.queueing)
+                   settings.queueing,
+                   tuple(isinstance(p, UniformScorePlugin) for p, _ in scores))
 
 
 # -- YAML -------------------------------------------------------------------------------------

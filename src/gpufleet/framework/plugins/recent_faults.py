@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufleet.framework.cycle_state import CycleState
-from gpufleet.framework.interfaces import FloatArray, IntArray, ScorePlugin, View
+from gpufleet.framework.interfaces import FloatArray, IntArray, UniformScorePlugin, View
 from gpufleet.model import PodSpec
 
 NAME = "RecentFaults"
@@ -40,10 +40,10 @@ class RecentFaults:
     def __init__(self, args: RecentFaultsArgs) -> None:
         self.args = args
 
-    def score(self, state: CycleState, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
+    def _all(self, state: CycleState, view: View) -> FloatArray:
         # Fault times do not change within a cycle: score every node once per cycle, and skip
         # the arithmetic entirely on a cluster without faults (the common case).
-        full = state.data.get(_KEY)
+        full: FloatArray | None = state.data.get(_KEY)
         if full is None:
             fault_at = view.usage.fault_at
             if np.isfinite(fault_at).any():
@@ -52,10 +52,18 @@ class RecentFaults:
             else:
                 full = _CLEAN
             state.data[_KEY] = full
+        return full
+
+    def uniform(self, state: CycleState, pod: PodSpec, view: View) -> bool:
+        """No node has had a fault: every node scores 1."""
+        return self._all(state, view) is _CLEAN
+
+    def score(self, state: CycleState, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
+        full = self._all(state, view)
         if full is _CLEAN:
             return np.ones(len(nodes))
         score: FloatArray = full[nodes]
         return score
 
 
-_s: ScorePlugin = RecentFaults(RecentFaultsArgs())
+_s: UniformScorePlugin = RecentFaults(RecentFaultsArgs())

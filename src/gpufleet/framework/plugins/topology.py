@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufleet.framework.cycle_state import CycleState
-from gpufleet.framework.interfaces import FloatArray, IntArray, ReservePlugin, ScorePlugin, View
+from gpufleet.framework.interfaces import FloatArray, IntArray, ReservePlugin, UniformScorePlugin, View
 from gpufleet.model import Cluster, GpuKind, PodSpec
 
 NAME = "Topology"
@@ -49,6 +49,14 @@ class Topology:
                 values.append(-1 if label is None else ids.setdefault(label, len(ids)))
             self._racks = (cluster, np.array(values, dtype=np.int64))
         return self._racks[1]
+
+    def uniform(self, state: CycleState, pod: PodSpec, view: View) -> bool:
+        """Neither component applies: not 2+ whole GPUs, not a gang member after the first."""
+        g = pod.gpu
+        if g.kind is GpuKind.WHOLE and g.count > 1:
+            return False
+        gang: _Gang | None = state.data.get((NAME, pod.pod_group)) if pod.pod_group else None
+        return gang is None or not gang.nodes
 
     def score(self, state: CycleState, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
         parts: list[FloatArray] = []
@@ -86,5 +94,5 @@ class Topology:
                 del gang.nodes[node]
 
 
-_s: ScorePlugin = Topology(TopologyArgs())
+_s: UniformScorePlugin = Topology(TopologyArgs())
 _r: ReservePlugin = Topology(TopologyArgs())
