@@ -70,14 +70,14 @@ def test_uniform_exactly_when_no_component_applies() -> None:
     every = np.arange(5)
     first, second = make_pod("m0").gpus(1).gang("g").build(), make_pod("m1").gpus(1).gang("g").build()
     single, big = make_pod("s").fraction(300).build(), make_pod("b").gpus(4).build()
-    assert topo.uniform(st, single, snap) and topo.uniform(st, first, snap)
+    for pod in (single, first, second):
+        assert topo.uniform(st, pod, snap), pod.uid
+        assert len(set(topo.score(st, pod, snap, every).tolist())) == 1, pod.uid
     assert not topo.uniform(st, big, snap)
     topo.reserve(st, first, snap, 0)
     assert not topo.uniform(st, second, snap)
-    assert topo.uniform(st, make_pod("o").gpus(1).gang("other").build(), snap)
-    for pod in (single, first):
-        assert len(set(topo.score(st, pod, snap, every).tolist())) == 1, pod.uid
     assert len(set(topo.score(st, second, snap, every).tolist())) > 1
+    assert topo.uniform(st, make_pod("o").gpus(1).gang("other").build(), snap)
 
 
 def test_a_gang_without_a_rack_is_only_pulled_to_its_nodes() -> None:
