@@ -103,7 +103,7 @@ ERRORS: list[tuple[str, str, str]] = [
     ("an empty profile list is rejected",
      "profiles: []", "conf.yaml: profiles: must be a non-empty list"),
     ("an empty document is rejected",
-     "", "conf.yaml: must be a mapping, got NoneType"),
+     "", "conf.yaml: the file holds no YAML document"),
     ("an unknown top-level key is rejected",
      "profile: []", "conf.yaml: unknown key 'profile'; allowed: apiVersion, kind, profiles"),
     ("an unknown profile key is rejected",

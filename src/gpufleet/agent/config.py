@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Mapping, TypeVar
 
+import yaml
+
 from gpufleet.agent import xids
 from gpufleet.model import ModelError
 
@@ -20,6 +22,15 @@ T = TypeVar("T")
 
 class ConfigError(ModelError):
     """A bad config value; `where` is `config <source>: <key path>`."""
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML syntax error in one line with its place ("line 3, column 7: ..."), not PyYAML's
+    several lines that quote the text and name it "<unicode string>"."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+    return str(exc).splitlines()[0]
 
 
 class MigStrategy(str, Enum):

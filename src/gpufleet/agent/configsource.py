@@ -20,6 +20,7 @@ from typing import Callable, Mapping
 import yaml
 
 from gpufleet.agent import config as cfg
+from gpufleet.model import ModelError, read_text
 
 NODE_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 
@@ -36,7 +37,7 @@ def load_text(text: str, source: str) -> cfg.AgentConfig:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise cfg.ConfigError(f"config {source}", f"is not valid YAML: {exc}") from None
+        raise cfg.ConfigError(f"config {source}", f"is not valid YAML: {cfg.yaml_problem(exc)}") from None
     return cfg.parse_config(data, source)
 
 
@@ -68,6 +69,8 @@ class ConfigSource:
         configs = {p.name: p for p in sorted(self._path.iterdir())
                    if p.is_file() and not p.name.startswith(".")}
         configs.update({p.stem: p for p in configs.copy().values()})
+        if not configs:
+            raise cfg.ConfigError(f"config {self._path}", "is a directory holding no config files")
         wanted = self._node_labels().get(NODE_CONFIG_LABEL) or self._default
         if wanted is None:
             if len(set(configs.values())) != 1:
@@ -83,6 +86,8 @@ class ConfigSource:
 
 def _read_file(path: Path) -> str:
     try:
-        return path.read_text()
+        return read_text(path)
     except OSError as exc:
         raise cfg.ConfigError(f"config {path}", f"cannot be read: {exc.strerror or exc}") from None
+    except ModelError as exc:  # not UTF-8: a ConfigError, so that a running agent keeps its last good config
+        raise cfg.ConfigError(f"config {exc.where}", exc.problem) from None

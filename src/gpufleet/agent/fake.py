@@ -17,7 +17,8 @@ from typing import Any, Mapping
 import yaml
 
 from gpufleet.agent import devices as dev
-from gpufleet.model import ModelError
+from gpufleet.agent.config import yaml_problem
+from gpufleet.model import ModelError, read_text
 
 FIXTURE_PACKAGE = "gpufleet.agent.fixtures"
 
@@ -33,18 +34,22 @@ def load_fixture(name_or_path: str) -> FakeBackend:
     if name_or_path in fixture_names():
         text = resources.files(FIXTURE_PACKAGE).joinpath(f"{name_or_path}.yaml").read_text()
     elif Path(name_or_path).suffix in (".yaml", ".yml"):
-        text = Path(name_or_path).read_text()
+        text = read_text(Path(name_or_path))
     else:
         raise ModelError(f"fixture {name_or_path!r}",
                          f"no such fixture; shipped ones: {', '.join(fixture_names())} (or give a .yaml path)")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ModelError(f"fixture {name_or_path}", f"is not valid YAML: {exc}") from None
+        raise ModelError(f"fixture {name_or_path}", f"is not valid YAML: {yaml_problem(exc)}") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"fixture {name_or_path}", "expected a mapping with system, board and gpus")
     try:
         system, gpus = _parse(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelError(f"fixture {name_or_path}", f"malformed: {exc!r}") from None
+    except KeyError as exc:
+        raise ModelError(f"fixture {name_or_path}", f"malformed: missing key {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise ModelError(f"fixture {name_or_path}", f"malformed: {exc}") from None
     return FakeBackend(system, gpus)
 
 

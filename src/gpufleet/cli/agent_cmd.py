@@ -36,7 +36,7 @@ from gpufleet.agent.nvml import NvmlBackend
 from gpufleet.agent.plan import plan_resources
 from gpufleet.agent.runtime import Agent, AgentOptions
 from gpufleet.cli import agent_api
-from gpufleet.cli.main import UsageError
+from gpufleet.cli.main import UsageError, port
 
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
 
@@ -67,7 +67,7 @@ def add_parser(subparsers: Any) -> None:
     _config_arguments(run)
     run.add_argument("--kubeconfig", type=Path,
                      help="kubeconfig of the API server (default: in-cluster config inside a pod, else none)")
-    run.add_argument("--metrics-port", type=int, help="Prometheus port, 0 = off (default: config, 9402)")
+    run.add_argument("--metrics-port", type=port, help="Prometheus port, 0 = off (default: config, 9402)")
     run.add_argument("--state-file", type=Path, help="offline: write the node state the agent would patch here (JSON)")
     run.add_argument("--nfd-file", type=Path, help="offline: write the labels as a node-feature-discovery feature file")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])

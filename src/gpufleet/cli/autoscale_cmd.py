@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from gpufleet.cli.main import UsageError
+from gpufleet.cli.main import UsageError, finite_float, output_dir, output_file, positive_int
 from gpufleet.sim import autoscale_experiment as ax
 from gpufleet.sim import autoscale_report
 from gpufleet.sim.diurnal import DiurnalSettings
@@ -25,9 +26,10 @@ def add_experiment(exp_sub: Any) -> None:
     a.add_argument("--arms", default=",".join(ax.DEFAULT_ARMS), help=f"comma-separated, from: {', '.join(ax.ARMS)}")
     a.add_argument("--curve", default=",".join(f"{v:g}" for v in ax.CONSOLIDATE_AFTER_S),
                    help="consolidation delays (s) for the trade-off curve, comma-separated; 'none' to skip")
-    a.add_argument("--jobs-per-day", type=float, default=DiurnalSettings().jobs_per_day,
+    a.add_argument("--jobs-per-day", type=finite_float, default=DiurnalSettings().jobs_per_day,
                    help="expected jobs in the day (default: %(default)g)")
-    a.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: one per CPU)")
+    a.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                   help="worker processes (default: one per CPU)")
     a.add_argument("--json", type=Path, help="write the table, the curve and every run here")
     a.add_argument("--out", type=Path, help="write the plots (PNG) and the table (Markdown) into this directory")
     a.set_defaults(func=_run)
@@ -40,8 +42,8 @@ def _numbers(text: str) -> list[float]:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise UsageError(f"--curve must be comma-separated seconds, got {text!r}") from None
-    if any(v < 0 for v in values):
-        raise UsageError(f"--curve values must be non-negative, got {text!r}")
+    if any(not 0 <= v < math.inf for v in values):
+        raise UsageError(f"--curve values must be finite and non-negative, got {text!r}")
     return values
 
 
@@ -57,6 +59,10 @@ def _run(args: argparse.Namespace) -> int:
     if not args.jobs_per_day > 0:
         raise UsageError(f"--jobs-per-day must be positive, got {args.jobs_per_day}")
     curve = _numbers(args.curve)
+    if args.json is not None:
+        output_file(args.json, "--json")  # now, not after the runs
+    if args.out is not None:
+        output_dir(args.out, "--out")
     diurnal = DiurnalSettings(jobs_per_day=args.jobs_per_day)
     jobs = openb.load(*openb.variant_files(trace_dir(args.trace_dir), "default")).jobs
     seeds = list(range(args.seeds))

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from gpufleet.cli.main import UsageError
+from gpufleet.cli.main import UsageError, port
 from gpufleet.testing.apiserver import ApiServer, gpu_nodes
 
 DEFAULT_KUBECONFIG = "dev-cluster.kubeconfig"
@@ -29,7 +29,7 @@ def add_parser(subparsers: Any) -> None:
         "dev-cluster", help="serve a local Kubernetes API test server with simulated GPU nodes",
         description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--nodes", type=int, default=10, help="simulated GPU nodes to create (default 10)")
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    parser.add_argument("--port", type=port, default=0, help="port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--kubeconfig", type=Path, default=Path(DEFAULT_KUBECONFIG),
                         help=f"where to write the kubeconfig (default ./{DEFAULT_KUBECONFIG})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated node fleet (default 0)")

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpufleet.cli.main import UsageError
+from gpufleet.cli.main import UsageError, finite_float, output_dir, output_file, positive_int
 from gpufleet.sim import fault_experiment, fault_report
 from gpufleet.sim.faults import FaultModel
 from gpufleet.sim.traces import philly, trace_dir
@@ -23,13 +23,14 @@ def add_experiment(exp_sub: Any) -> None:
     f = exp_sub.add_parser("faults", help="fault handling policies under injected GPU and node failures")
     f.add_argument("--trace-dir", help="directory holding the traces (default: $GPUFLEET_TRACE_DIR)")
     f.add_argument("--seeds", type=int, default=10, help="fault streams per policy (default 10)")
-    f.add_argument("--rate-scale", type=float, default=1.0,
+    f.add_argument("--rate-scale", type=finite_float, default=1.0,
                    help="multiply the default fault rate (Llama 3 405B's per GPU-hour) by this")
-    f.add_argument("--checkpoint-s", type=float, default=3600.0,
+    f.add_argument("--checkpoint-s", type=finite_float, default=3600.0,
                    help="jobs checkpoint this often and restart from the last checkpoint; 0 = from zero")
     f.add_argument("--policies", default=",".join(fault_experiment.ARMS),
                    help=f"comma-separated, from: {', '.join(fault_experiment.ARMS)}")
-    f.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: one per CPU)")
+    f.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                   help="worker processes (default: one per CPU)")
     f.add_argument("--json", type=Path, required=True, help="write the table here")
     f.add_argument("--plot", type=Path, help="also write the plot (PNG) here")
     f.set_defaults(func=_run)
@@ -52,6 +53,9 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(f"--rate-scale: {e}") from None
     settings = fault_experiment.Settings(model, args.checkpoint_s or None)
+    output_file(args.json, "--json")  # now, not after the runs
+    if args.plot is not None:
+        output_file(args.plot, "--plot")
     workload = philly.load(trace_dir(args.trace_dir))
     seeds = list(range(args.seeds))
     start = time.perf_counter()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from gpufleet.framework.profile import ProfileError
@@ -24,6 +26,56 @@ COMMAND_MODULES = (
 
 class UsageError(Exception):
     """A user mistake the CLI reports in one line, without a traceback."""
+
+
+def finite_float(text: str) -> float:
+    """An argparse type: a float that is neither nan nor infinite (they pass every `< 0` check)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (worker counts)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0..65535 (0 = any free port)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
+    return value
+
+
+def output_file(path: Path, flag: str) -> None:
+    """Check before a long run that `path` can be written: its folder is made, and it is no folder itself."""
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory; give a file name")
+    output_dir(path.parent, flag)
+
+
+def output_dir(path: Path, flag: str) -> None:
+    """Make the output folder `path` now, so that a bad path fails before the run rather than after it."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UsageError(f"{flag}: {path} exists and is not a directory") from None
+    except OSError as exc:
+        raise UsageError(f"{flag}: cannot create {path}: {exc.strerror or exc}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +106,13 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
         # The trace readers raise with their own message; bare OS errors only carry a path.
         text = f"{exc.filename}: no such file" if exc.errno is not None and exc.filename else str(exc)
         print(f"gpufleet {args.command}: error: {text}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if not exc.filename:  # not about a file the user named (a socket, say): a bug to see in full
+            raise
+        # A folder where a file was expected, a file that cannot be read or written, ...
+        reason = (exc.strerror or str(exc)).lower()
+        print(f"gpufleet {args.command}: error: {exc.filename}: {reason}", file=sys.stderr)
         return 2
     except (ModelError, ProfileError, UsageError) as exc:
         print(f"gpufleet {args.command}: error: {exc}", file=sys.stderr)

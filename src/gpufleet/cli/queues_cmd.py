@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpufleet.cli.main import UsageError
+from gpufleet.cli.main import UsageError, finite_float, output_dir, output_file, positive_int
 from gpufleet.sim import queue_experiment, queue_report
 from gpufleet.sim.traces import openb, philly, trace_dir
 from gpufleet.sim.workload import Workload
@@ -27,13 +27,14 @@ def add_experiment(exp_sub: Any) -> None:
     q.add_argument("--trace-dir", help="directory holding the traces (default: $GPUFLEET_TRACE_DIR)")
     q.add_argument("--workload", choices=("philly", "openb"), default="philly",
                    help="philly: 15 virtual clusters as queues; openb: QoS classes as priorities")
-    q.add_argument("--time-scale", type=float, default=1.0, help="divide arrival times by this")
+    q.add_argument("--time-scale", type=finite_float, default=1.0, help="divide arrival times by this")
     q.add_argument("--policies", default=",".join(queue_experiment.QUEUE_POLICIES),
                    help=f"comma-separated, from: {', '.join(queue_experiment.QUEUE_POLICIES)}")
-    q.add_argument("--checkpoint-s", type=float, default=0.0,
+    q.add_argument("--checkpoint-s", type=finite_float, default=0.0,
                    help="jobs checkpoint this often; a preempted job restarts from its last checkpoint "
                         "(default 0: from zero)")
-    q.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: one per CPU)")
+    q.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                   help="worker processes (default: one per CPU)")
     q.add_argument("--json", type=Path, required=True, help="write the table here")
     q.add_argument("--out", type=Path, help="also write report.html and its plots into this directory")
     q.set_defaults(func=_run)
@@ -62,6 +63,9 @@ def _run(args: argparse.Namespace) -> int:
                          f"known: {', '.join(queue_experiment.QUEUE_POLICIES)}")
     if args.checkpoint_s < 0:
         raise UsageError(f"--checkpoint-s must be non-negative, got {args.checkpoint_s}")
+    output_file(args.json, "--json")  # now, not after the runs
+    if args.out is not None:
+        output_dir(args.out, "--out")
     workload = _workload(args)
     start = time.perf_counter()
     with Progress() as progress:

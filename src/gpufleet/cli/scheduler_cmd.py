@@ -44,10 +44,10 @@ from gpufleet.kube.metrics import HealthServer, Metrics
 from gpufleet.kube.rest import Rest
 from gpufleet.kube.retry import Retrier, RetryPolicy
 from gpufleet.kube.scheduler import SchedulerService, ServiceSettings
-from gpufleet.model import ClusterSnapshot
+from gpufleet.model import ClusterSnapshot, read_text
 from gpufleet.model.annotations import SCHEDULER_NAME
 from gpufleet.cli import main as cli_main
-from gpufleet.cli.main import UsageError
+from gpufleet.cli.main import UsageError, finite_float, port, positive_int
 
 
 
@@ -61,14 +61,15 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--leader-elect", action="store_true", help="elect one active replica through a Lease")
     p.add_argument("--lease-namespace", default="gpufleet-system")
     p.add_argument("--lease-name", default="gpufleet-scheduler")
-    p.add_argument("--lease-duration", type=float, default=15.0, help="seconds (default 15)")
-    p.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (default 10)")
-    p.add_argument("--retry-period", type=float, default=2.0, help="seconds (default 2)")
-    p.add_argument("--http-port", type=int, default=8080, help="/metrics, /healthz, /readyz (0 = any free port)")
-    p.add_argument("--qps", type=float, default=50.0, help="client request budget per second, 0 = unlimited")
-    p.add_argument("--burst", type=int, default=100)
-    p.add_argument("--workers", type=int, default=16, help="binder threads (requests in flight)")
-    p.add_argument("--api-timeout", type=float, default=10.0, help="seconds one API request may take (default 10)")
+    p.add_argument("--lease-duration", type=finite_float, default=15.0, help="seconds (default 15)")
+    p.add_argument("--renew-deadline", type=finite_float, default=10.0, help="seconds (default 10)")
+    p.add_argument("--retry-period", type=finite_float, default=2.0, help="seconds (default 2)")
+    p.add_argument("--http-port", type=port, default=8080, help="/metrics, /healthz, /readyz (0 = any free port)")
+    p.add_argument("--qps", type=finite_float, default=50.0, help="client request budget per second, 0 = unlimited")
+    p.add_argument("--burst", type=positive_int, default=100)
+    p.add_argument("--workers", type=positive_int, default=16, help="binder threads (requests in flight)")
+    p.add_argument("--api-timeout", type=finite_float, default=10.0,
+                   help="seconds one API request may take (default 10)")
     p.add_argument("--assign-with", choices=["binding", "patch"], default="binding",
                    help="write the GPU assignment annotation in the Binding (one request, default) or PATCH it "
                         "before binding (for API servers that do not copy a Binding's annotations)")
@@ -111,7 +112,7 @@ def _help(parser: argparse.ArgumentParser) -> int:
 
 def load_profile(path: Path, scheduler_name: str) -> ProfileSettings:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     profiles = load_profiles(text, str(path))
@@ -133,6 +134,10 @@ def _run(args: argparse.Namespace) -> int:
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request otherwise
     profile = load_profile(args.config, args.scheduler_name)
     build_profile(profile)  # unknown plugins or bad args: fail now, not in the first cycle
+    if args.qps < 0:
+        raise UsageError(f"--qps must be 0 (unlimited) or more, got {args.qps:g}")
+    if args.api_timeout <= 0:
+        raise UsageError(f"--api-timeout must be a positive number of seconds, got {args.api_timeout:g}")
     identity = os.environ.get("POD_NAME") or socket.gethostname()
     lease = None
     if args.leader_elect:
@@ -188,7 +193,7 @@ def _dump(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     try:
-        text = args.file.read_text(encoding="utf-8")
+        text = read_text(args.file)
     except FileNotFoundError:
         raise UsageError(f"{args.file}: no such file") from None
     dump = snapshot_io.loads(text, str(args.file))

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.cli import autoscale_cmd, faults_cmd, queues_cmd
-from gpufleet.cli.main import UsageError
+from gpufleet.cli.main import UsageError, finite_float, output_dir, output_file, positive_int
 from dataclasses import replace
 
 from gpufleet.sim import compare, compare_time, queue_report, report
 from gpufleet.framework.profile import load_profiles
+from gpufleet.model import read_text
 from gpufleet.sim.default_workload import default_workload
 from gpufleet.sim.policies import PAPER_POLICIES, POLICIES
 from gpufleet.sim.traces import openb, philly, scenario, trace_dir
@@ -45,7 +46,7 @@ def add_parser(sub: Any) -> None:
             p.add_argument("--seeds", type=int, default=3, help="number of seeds, 42 upwards (paper: 10)")
             p.add_argument("--out", type=Path, default=Path("reports/default"),
                            help="directory for report.html, results.json, results.csv (default: %(default)s)")
-            p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+            p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                            help="worker processes (default: one per CPU)")
         p.set_defaults(func=func)
     exp = sub.add_parser("experiment", help="published experiments")
@@ -55,7 +56,8 @@ def add_parser(sub: Any) -> None:
     fgd.add_argument("--policies", default=",".join(PAPER_POLICIES),
                      help=f"comma-separated, from: {', '.join(POLICIES)} (default: the paper's six)")
     fgd.add_argument("--seeds", type=int, default=10)
-    fgd.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: one per CPU)")
+    fgd.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                     help="worker processes (default: one per CPU)")
     fgd.add_argument("--json", type=Path, required=True, help="write the summary here")
     fgd.set_defaults(func=_experiment)
     queues_cmd.add_experiment(exp_sub)
@@ -72,14 +74,14 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
                    help="time mode: the Philly-derived Gavel traces (15 virtual clusters on 500 V100s)")
     p.add_argument("--nodes", type=Path, help="openb node list CSV")
     p.add_argument("--pods", type=Path, help="openb pod list CSV")
-    p.add_argument("--scale", type=float, default=1.0, help="built-in default only: cluster size factor")
+    p.add_argument("--scale", type=finite_float, default=1.0, help="built-in default only: cluster size factor")
     p.add_argument("--profile", action="append", type=Path, default=[], metavar="FILE",
                    help="also run this scheduling profile (YAML, see docs/concepts.md); repeatable")
     p.add_argument("--mode", choices=("packing", "time"), default="packing",
                    help="packing: the FGD experiment (arrivals only); time: replay arrivals and departures")
-    p.add_argument("--time-scale", type=float, default=1.0,
+    p.add_argument("--time-scale", type=finite_float, default=1.0,
                    help="time mode: divide arrival times by this (compress a lightly loaded trace)")
-    p.add_argument("--load", type=float, default=2.0,
+    p.add_argument("--load", type=finite_float, default=2.0,
                    help="time mode, built-in default: nominal offered GPU load (heavy-tailed durations "
                         "make the realised load lower)")
     p.add_argument("--tasks", type=int, default=10_000, help="time mode, built-in default: number of tasks")
@@ -149,7 +151,7 @@ def _policies(text: str, profiles: list[Path] | None = None) -> list[str]:
         raise UsageError(f"unknown policy {unknown[0] if unknown else '(none)'}; known: {', '.join(POLICIES)}")
     for path in profiles or []:
         # Load once here so a bad file is reported before any simulation starts.
-        load_profiles(path.read_text(), str(path))
+        load_profiles(read_text(path), str(path))
         names.append(f"file:{path}")
     return names
 
@@ -174,6 +176,9 @@ def _meta(workload: Workload, seeds: int, seconds: float) -> dict[str, object]:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    if args.seed < 0:
+        # random.Random(-n) is random.Random(n): a negative seed would silently repeat a positive one.
+        raise UsageError(f"--seed must be 0 or more, got {args.seed}")
     if args.mode == "time":
         return _time_compare(args, _policies(args.policy, args.profile), 1, None)
     workload = load_workload(args)
@@ -183,6 +188,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    output_dir(args.out, "--out")  # now, not after the runs
     if args.mode == "time":
         return _time_compare(args, _policies(args.policies, args.profile), args.seeds, args.out)
     workload = load_workload(args)
@@ -199,6 +205,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _experiment(args: argparse.Namespace) -> int:
+    output_file(args.json, "--json")  # now, not after the runs
     workload = load_workload(args)
     start = time.perf_counter()
     summary = _run(workload, _policies(args.policies, args.profile), args.seeds, args.workers)

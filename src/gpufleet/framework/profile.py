@@ -18,6 +18,7 @@ Every mistake is a `ProfileError` naming the offending key path (`profiles[0].pl
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, get_args, get_origin, get_type_hints
@@ -122,6 +123,8 @@ def load_profiles(text: str, source: str = "profile", registry: Mapping[str, Ent
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ProfileError(f"{where}: not valid YAML: {problem}") from None
+    if doc is None:
+        raise ProfileError(f"{source}: the file holds no YAML document")
     reg = default_registry() if registry is None else registry
     root = _mapping(doc, source)
     _only(root, {"apiVersion", "kind", "profiles"}, source)
@@ -180,7 +183,7 @@ def _ref(raw: object, where: str, reg: Mapping[str, Entry], *, weighted: bool) -
     if name not in reg:
         raise ProfileError(f"{where}.name: unknown plugin {name!r}; known: {', '.join(sorted(reg))}")
     weight = body.get("weight", 1)
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < math.inf:
         raise ProfileError(f"{where}.weight: must be a non-negative number, got {weight!r}")
     return ScoreRef(str(name), float(weight))
 
@@ -218,6 +221,8 @@ def _typed(value: object, hint: Any, where: str) -> Any:
             raise ProfileError(f"{where}: must be a list")
         return tuple(_typed(v, item, f"{where}[{i}]") for i, v in enumerate(value))
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):  # .nan passes every range check an Args class makes
+            raise ProfileError(f"{where}: expected a finite number, got {value!r}")
         return float(value)
     if hint in (int, str, bool) and type(value) is hint:
         return value

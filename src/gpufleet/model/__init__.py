@@ -4,7 +4,7 @@ Imports nothing else of gpufleet (a test enforces the layering).
 """
 
 from gpufleet.model.cluster import Cluster, Usage
-from gpufleet.model.errors import ModelError
+from gpufleet.model.errors import ModelError, read_text
 from gpufleet.model.node import GPU_PRODUCT_LABEL, Gpu, GpuUuid, NodeInfo, NodeName, Taint, TaintEffect
 from gpufleet.model.placement import Placement
 from gpufleet.model.pod import (GPU_MILLI, NO_GPU, GpuKind, GpuRequest, NodeSelectorRequirement,
@@ -18,5 +18,5 @@ __all__ = [
     "GpuUuid", "ModelError", "NO_GPU", "NodeInfo", "NodeName", "NodeSelectorRequirement",
     "NodeSelectorTerm", "Operator", "Placement", "PodGroup", "PodSpec", "PodUid", "Queue", "QueueTree", "Taint",
     "TaintEffect", "Toleration", "TolerationOperator", "Usage", "gpu_fraction", "mig_slices",
-    "whole_gpus",
+    "read_text", "whole_gpus",
 ]

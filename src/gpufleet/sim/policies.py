@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gpufleet.framework.profile import Profile, ProfileSettings, ScoreRef, build_profile, load_profiles
 from gpufleet.framework.registry import BuildContext
-from gpufleet.model import ModelError
+from gpufleet.model import ModelError, read_text
 
 POLICIES: dict[str, tuple[ScoreRef, ...]] = {
     "random": (ScoreRef("Random"),),
@@ -38,7 +38,7 @@ def profile_for(policy: str, tasks: tuple[TypicalTask, ...]) -> Profile:
     """A named policy, or `file:PATH` for the first profile of a KubeSchedulerConfiguration-like YAML."""
     if policy.startswith("file:"):
         path = Path(policy.removeprefix("file:"))
-        return build_profile(load_profiles(path.read_text(), str(path))[0], BuildContext(tasks))
+        return build_profile(load_profiles(read_text(path), str(path))[0], BuildContext(tasks))
     if policy not in POLICIES:
         raise ModelError("--policies", f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     settings = ProfileSettings(name=policy, scores=POLICIES[policy], plugin_args=POLICY_ARGS.get(policy, {}))

@@ -14,13 +14,13 @@ from typing import Iterable
 
 import yaml
 
-from gpufleet.model import ModelError
+from gpufleet.model import ModelError, read_text
 
 
 def compose(path: Path) -> Loc:
     """The document root of `path`; YAML syntax errors become ModelErrors with their line."""
     try:
-        root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        root = yaml.compose(read_text(path), Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 1
         raise ModelError(f"{path}:{line}", f"invalid YAML: {exc.problem}") from exc

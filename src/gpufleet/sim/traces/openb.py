@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
 from gpufleet.model import (GPU_PRODUCT_LABEL, NO_GPU, Gpu, GpuKind, GpuRequest, GpuUuid, ModelError,
-                            NodeInfo, NodeName, PodSpec, PodUid, gpu_fraction, whole_gpus)
+                            NodeInfo, NodeName, PodSpec, PodUid, gpu_fraction, read_text, whole_gpus)
 from gpufleet.sim.workload import Job, Workload
 
 SUBDIR = "alibaba-gpu-v2023-openb"
@@ -126,6 +127,9 @@ def _models(text: str, gpu: GpuRequest, where: str) -> frozenset[str]:
     models = text.split("|")
     if not all(models):
         raise ModelError(where, f"empty model name in {text!r}")
+    unknown = sorted(set(models) - set(GPU_MEMORY_MIB))
+    if unknown:  # a typo would otherwise leave the task unplaceable without a word
+        raise ModelError(where, f"unknown GPU model {unknown[0]!r}; known: {', '.join(sorted(GPU_MEMORY_MIB))}")
     return frozenset(models)
 
 
@@ -163,7 +167,7 @@ def _gpus(node: str, count: int, model: str, where: str) -> tuple[Gpu, ...]:
 
 def _rows(path: Path, headers: tuple[tuple[str, ...], ...]) -> list[tuple[int, list[str]]]:
     """(line number, fields) of every data row, after checking the header and each row's width."""
-    with path.open(newline="", encoding="utf-8") as f:
+    with io.StringIO(read_text(path), newline="") as f:
         reader = csv.reader(f)
         header = tuple(next(reader, ()))
         if header not in headers:

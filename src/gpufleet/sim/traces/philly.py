@@ -34,7 +34,7 @@ from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from gpufleet.model import (GPU_PRODUCT_LABEL, Gpu, GpuUuid, ModelError, NodeInfo, NodeName, PodGroup,
-                            PodSpec, PodUid, Queue, whole_gpus)
+                            PodSpec, PodUid, Queue, read_text, whole_gpus)
 from gpufleet.sim.workload import Job, Workload
 
 SUBDIR = "gavel-philly-derived"
@@ -112,9 +112,8 @@ def read_trace(path: Path, throughputs: Throughputs, gpu_type: str = "v100") -> 
     if gpu_type not in throughputs:
         raise ModelError("gpu_type", f"unknown GPU type {gpu_type!r}; known: {', '.join(sorted(throughputs))}")
     table = throughputs[gpu_type]
-    with path.open(encoding="utf-8") as f:
-        return tuple(_job(line.rstrip("\n").split("\t"), path, n, table, gpu_type)
-                     for n, line in enumerate(f, start=1))
+    return tuple(_job(line.split("\t"), path, n, table, gpu_type)
+                 for n, line in enumerate(read_text(path).splitlines(), start=1))
 
 
 def _job(fields: list[str], path: Path, line: int, table: Mapping[tuple[str, int], float],
@@ -160,7 +159,9 @@ def _pods(name: str, vc: str, gpus: int, arrival: float) -> tuple[tuple[PodSpec,
 
 def read_throughputs(path: Path) -> Throughputs:
     """Gavel's `simulation_throughputs.json`, keeping the stand-alone ("null") rates."""
-    raw = json.loads(path.read_text(encoding="utf-8"))
+    raw = _json(path)
+    if not isinstance(raw, dict) or not all(isinstance(jobs, dict) for jobs in raw.values()):
+        raise ModelError(f"{path}", "expected {\"<GPU type>\": {\"('<job type>', <GPUs>)\": {\"null\": <steps/s>}}}")
     result: dict[str, Mapping[tuple[str, int], float]] = {}
     for gpu_type, jobs in raw.items():
         table: dict[tuple[str, int], float] = {}
@@ -175,9 +176,16 @@ def read_throughputs(path: Path) -> Throughputs:
     return MappingProxyType(result)
 
 
+def _json(path: Path) -> object:
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{path}:{exc.lineno}", f"not valid JSON: {exc.msg}") from None
+
+
 def read_cluster_spec(path: Path, index: int = 0) -> Mapping[str, int]:
     """GPUs per type from a Gavel cluster-spec file ({"philly": ["500:0:0"]}, v100:p100:k80)."""
-    raw: object = json.loads(path.read_text(encoding="utf-8"))
+    raw: object = _json(path)
     specs = list(raw.values())[0] if isinstance(raw, dict) and len(raw) == 1 else None
     if not isinstance(specs, list) or not 0 <= index < len(specs) or not isinstance(specs[index], str):
         raise ModelError(f"{path}", f"expected {{\"<trace>\": [\"v100:p100:k80\", ...]}} with entry {index}")
