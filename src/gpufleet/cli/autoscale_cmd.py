@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpufleet.cli.main import UsageError, finite_float, output_dir, output_file, positive_int
+from gpufleet.cli.main import UsageError, finite_float, names, output_dir, output_file, positive_int
 from gpufleet.sim import autoscale_experiment as ax
 from gpufleet.sim import autoscale_report
 from gpufleet.sim.diurnal import DiurnalSettings
@@ -50,10 +50,7 @@ def _numbers(text: str) -> list[float]:
 def _run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    unknown = [a for a in arms if a not in ax.ARMS]
-    if unknown or not arms:
-        raise UsageError(f"unknown arm {unknown[0] if unknown else '(none)'}; known: {', '.join(ax.ARMS)}")
+    arms = names(args.arms, ax.ARMS, "arm")
     if args.seeds < 1:
         raise UsageError(f"--seeds must be at least 1, got {args.seeds}")
     if not args.jobs_per_day > 0:

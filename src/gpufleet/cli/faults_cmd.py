@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpufleet.cli.main import UsageError, finite_float, output_dir, output_file, positive_int
+from gpufleet.cli.main import UsageError, finite_float, names, output_dir, output_file, positive_int
 from gpufleet.sim import fault_experiment, fault_report
 from gpufleet.sim.faults import FaultModel
 from gpufleet.sim.traces import philly, trace_dir
@@ -39,11 +39,7 @@ def add_experiment(exp_sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    arms = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = [p for p in arms if p not in fault_experiment.ARMS]
-    if unknown or not arms:
-        raise UsageError(f"unknown policy {unknown[0] if unknown else '(none)'}; "
-                         f"known: {', '.join(fault_experiment.ARMS)}")
+    arms = names(args.policies, fault_experiment.ARMS)
     if args.seeds < 1:
         raise UsageError(f"--seeds must be at least 1, got {args.seeds}")
     if args.checkpoint_s < 0:

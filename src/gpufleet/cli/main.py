@@ -61,6 +61,15 @@ def port(text: str) -> int:
     return value
 
 
+def names(text: str, known: Sequence[str], what: str = "policy", *, allow_empty: bool = False) -> list[str]:
+    """A comma-separated list of names, each one of `known` (at least one unless `allow_empty`)."""
+    chosen = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in known]
+    if unknown or (not chosen and not allow_empty):
+        raise UsageError(f"unknown {what} {unknown[0] if unknown else '(none)'}; known: {', '.join(known)}")
+    return chosen
+
+
 def output_file(path: Path, flag: str) -> None:
     """Check before a long run that `path` can be written: its folder is made, and it is no folder itself."""
     if path.is_dir():

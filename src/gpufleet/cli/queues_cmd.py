@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpufleet.cli.main import UsageError, finite_float, output_dir, output_file, positive_int
+from gpufleet.cli.main import UsageError, finite_float, names, output_dir, output_file, positive_int
 from gpufleet.sim import queue_experiment, queue_report
 from gpufleet.sim.traces import openb, philly, trace_dir
 from gpufleet.sim.workload import Workload
@@ -56,11 +56,7 @@ def _workload(args: argparse.Namespace) -> Workload:
 def _run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = [p for p in policies if p not in queue_experiment.QUEUE_POLICIES]
-    if unknown or not policies:
-        raise UsageError(f"unknown policy {unknown[0] if unknown else '(none)'}; "
-                         f"known: {', '.join(queue_experiment.QUEUE_POLICIES)}")
+    policies = names(args.policies, tuple(queue_experiment.QUEUE_POLICIES))
     if args.checkpoint_s < 0:
         raise UsageError(f"--checkpoint-s must be non-negative, got {args.checkpoint_s}")
     output_file(args.json, "--json")  # now, not after the runs

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.cli import autoscale_cmd, faults_cmd, queues_cmd
-from gpufleet.cli.main import UsageError, finite_float, output_dir, output_file, positive_int
+from gpufleet.cli.main import UsageError, finite_float, names, output_dir, output_file, positive_int
 from dataclasses import replace
 
 from gpufleet.sim import compare, compare_time, queue_report, report
@@ -145,15 +145,12 @@ def _time_compare(args: argparse.Namespace, policies: list[str], seeds: int, out
 
 
 def _policies(text: str, profiles: list[Path] | None = None) -> list[str]:
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    unknown = [p for p in names if p not in POLICIES]
-    if unknown or (not names and not profiles):
-        raise UsageError(f"unknown policy {unknown[0] if unknown else '(none)'}; known: {', '.join(POLICIES)}")
+    chosen = names(text, tuple(POLICIES), allow_empty=bool(profiles))
     for path in profiles or []:
         # Load once here so a bad file is reported before any simulation starts.
         load_profiles(read_text(path), str(path))
-        names.append(f"file:{path}")
-    return names
+        chosen.append(f"file:{path}")
+    return chosen
 
 
 def _run(workload: Workload, policies: list[str], seeds: int, workers: int) -> compare.Summary:
