@@ -78,6 +78,7 @@ def test_prefer_used_nodes_scores_nodes_that_run_a_pod(running: tuple[str, ...],
 
 # ---- look-ahead (FragAwareArgs.lookahead)
 
+ANY_A100 = frozenset({"A100-80GB"})
 MIX = (TypicalTask(4000, 1000, 1, frozenset(), 0.4), TypicalTask(2000, 500, 1, frozenset(), 0.3),
        TypicalTask(8000, 1000, 2, frozenset(), 0.2), TypicalTask(1000, 0, 0, frozenset(), 0.1))
 
@@ -86,44 +87,75 @@ def test_lookahead_is_off_by_default() -> None:
     assert FragAwareArgs().lookahead is False
 
 
+def brute_value(model: FragModel, tasks: tuple[TypicalTask, ...], m: int, c: int, row: list[int]) -> float:
+    """V of one state (model id m, free CPU c, free milli per device), task by task, device by device."""
+    names = TWO_MODELS.models
+
+    def f(cpu: int, free: list[int]) -> float:
+        return float(model.batch(np.array([m]), np.array([cpu]), np.array([free]))[0])
+
+    v = 0.0
+    for t in tasks:
+        outcomes = [f(c, row)]
+        allowed = not t.models or names[m] in t.models
+        if c >= t.cpu_milli and (t.num_gpu == 0 or allowed):
+            if t.num_gpu == 0:
+                outcomes.append(f(c - t.cpu_milli, row))
+            elif t.gpu_milli < 1000:
+                outcomes += [f(c - t.cpu_milli, [x - t.gpu_milli if j == d else x for j, x in enumerate(row)])
+                             for d in range(len(row)) if row[d] >= t.gpu_milli]
+            elif sum(x == 1000 for x in row) >= t.num_gpu:
+                left, taken = [], 0
+                for x in row:
+                    take = x == 1000 and taken < t.num_gpu
+                    taken += take
+                    left.append(0 if take else x)
+                outcomes.append(f(c - t.cpu_milli, left))
+        v += t.probability * min(outcomes)
+    return v
+
+
+TWO_MODELS = ClusterSnapshot.build([make_node("a").cpu(16_000).gpus(4, model="A100-80GB").build(),
+                                    make_node("t").cpu(16_000).gpus(4, model="T4").build()]).cluster
+MIXED = MIX + (TypicalTask(3000, 300, 1, frozenset({"T4"}), 0.15), TypicalTask(2000, 1000, 4, ANY_A100, 0.05))
+
+
+def random_states(k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    model_id = rng.choice([0, 1], size=k).astype(np.int64)
+    cpu = rng.integers(0, 20_000, size=k).astype(np.int64)
+    free = rng.choice([0, 200, 300, 500, 700, 1000], size=(k, 4)).astype(np.int64)
+    return model_id, cpu, free
+
+
 def test_lookahead_value_is_the_expected_best_fragmentation_after_one_typical_task() -> None:
     # V(s) = sum_m p_m x min over placements of m of F(s + m), F(s) when m does not fit;
-    # checked against a direct per-state, per-task, per-device computation.
-    node = make_node("n1").cpu(16_000).gpus(4).build()
-    cluster = ClusterSnapshot.build([node]).cluster
-    model = FragModel(cluster, MIX)
-    rng = np.random.default_rng(0)
-    free = rng.choice([0, 200, 500, 700, 1000], size=(40, 4)).astype(np.int64)
-    cpu = rng.choice([0, 1000, 3000, 6000, 16_000], size=40).astype(np.int64)
-    model_id = np.zeros(40, dtype=np.int64)
-
-    def f(c: int, row: list[int]) -> float:
-        return float(model.batch(np.array([0]), np.array([c]), np.array([row]))[0])
-
-    expected = []
-    for c, row in zip(cpu.tolist(), free.tolist()):
-        v = 0.0
-        for t in MIX:
-            outcomes = [f(c, row)]
-            if c >= t.cpu_milli:
-                if t.num_gpu == 0:
-                    outcomes.append(f(c - t.cpu_milli, row))
-                elif t.gpu_milli < 1000:
-                    outcomes += [f(c - t.cpu_milli, [x - t.gpu_milli if j == d else x for j, x in enumerate(row)])
-                                 for d in range(4) if row[d] >= t.gpu_milli]
-                elif sum(x == 1000 for x in row) >= t.num_gpu:
-                    left, taken = [], 0
-                    for x in row:
-                        take = x == 1000 and taken < t.num_gpu
-                        taken += take
-                        left.append(0 if take else x)
-                    outcomes.append(f(c - t.cpu_milli, left))
-            v += t.probability * min(outcomes)
-        expected.append(v)
+    # checked against a direct per-state, per-task, per-device computation, on two GPU
+    # models, with tasks restricted to one of them.
+    model = FragModel(TWO_MODELS, MIXED)
+    model_id, cpu, free = random_states(60, 0)
+    expected = [brute_value(model, MIXED, m, c, row)
+                for m, c, row in zip(model_id.tolist(), cpu.tolist(), free.tolist())]
     value = LookaheadValue(model)
     assert value.compute(model_id, cpu, free) == pytest.approx(expected)
     assert value(model_id, cpu, free) == pytest.approx(expected)     # through the memo, twice
     assert value(model_id, cpu, free) == pytest.approx(expected)
+
+
+def test_rounding_free_cpu_down_to_the_tasks_cpu_steps_leaves_the_value_exactly_equal() -> None:
+    value = LookaheadValue(FragModel(TWO_MODELS, MIXED))
+    model_id, cpu, free = random_states(300, 1)
+    rounded = value.canonical_cpu(cpu)
+    assert (rounded <= cpu).all() and len(set(rounded.tolist())) < len(set(cpu.tolist()))
+    assert value.compute(model_id, rounded, free).tolist() == value.compute(model_id, cpu, free).tolist()
+
+
+def test_a_states_lookahead_value_does_not_depend_on_the_batch_it_is_in() -> None:
+    value = LookaheadValue(FragModel(TWO_MODELS, MIXED))
+    model_id, cpu, free = random_states(200, 2)
+    whole = value.compute(model_id, cpu, free).tolist()
+    for i in (0, 13, 77, 199):
+        assert value.compute(model_id[i:i + 1], cpu[i:i + 1], free[i:i + 1]).tolist() == [whole[i]]
 
 
 def test_with_lookahead_the_score_is_fgds_formula_on_the_lookahead_value() -> None:

@@ -110,3 +110,21 @@ def test_typical_tasks_ties_keep_first_seen_order() -> None:
 
 def test_no_pods_give_no_typical_tasks() -> None:
     assert typical_tasks([]) == ()
+
+
+def test_a_states_fragmentation_does_not_depend_on_the_batch_it_is_in() -> None:
+    # Caches and the look-ahead's memo evaluate a state in whatever batch it arrives in; a
+    # score that moved by one ulp with the batch would break score ties differently.
+    rng = np.random.default_rng(1)
+    tasks = tuple(TypicalTask(int(c), int(m), int(n), ANY, float(p)) for c, m, n, p in zip(
+        rng.choice([0, 1000, 4000, 16_000], 45), rng.choice([100, 250, 500, 1000], 45),
+        rng.choice([0, 1, 1, 2], 45), rng.random(45)))
+    frag = FragModel(Cluster([make_node("a").gpus(4).build()]), tasks)
+    k = 400
+    model = np.zeros(k, dtype=np.int64)
+    cpu = rng.choice([0, 2000, 8000, 64_000], k).astype(np.int64)
+    free = rng.choice([0, 50, 300, 600, 1000], (k, 4)).astype(np.int64)
+    whole = frag.batch(model, cpu, free)
+    for start, size in [(0, 1), (3, 2), (7, 5), (20, 17), (100, 250)]:
+        part = frag.batch(model[start:start + size], cpu[start:start + size], free[start:start + size])
+        assert part.tolist() == whole[start:start + size].tolist()

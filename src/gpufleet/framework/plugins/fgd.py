@@ -124,9 +124,11 @@ class FragScorer:
 
     def _evaluate(self, model: FragModel, pod: PodSpec, model_id: IntArray, cpu: IntArray, free: np.ndarray,
                   free_mem: np.ndarray) -> tuple[F64, IntArray]:
-        before = model.batch(model_id, cpu, free)
         rows, owner, dev = _options(pod, free, free_mem)
-        after = model.batch(model_id[owner], cpu[owner] - pod.cpu_milli, rows)
+        # F before (the states) and after (every option) in one batch.
+        both = model.batch(np.concatenate((model_id, model_id[owner])),
+                           np.concatenate((cpu, cpu[owner] - pod.cpu_milli)), np.concatenate((free, rows)))
+        before, after = both[:len(model_id)], both[len(model_id):]
         leftover = np.where(dev >= 0, rows[np.arange(len(dev)), np.maximum(dev, 0)], 0).astype(np.float64)
         option_score = self.option_scores(model, model_id, cpu, free, owner, rows, pod.cpu_milli, before, after,
                                           leftover)

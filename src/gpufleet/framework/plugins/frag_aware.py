@@ -19,7 +19,8 @@ tells apart a leftover that the next likely task fills from one it cannot, and a
 that stays able to take the common whole-GPU tasks from one that just barely can. The
 score is then FGD's formula on V instead of F: int(100 x sigmoid((V_before - V_after) / 1000)).
 V depends only on the node's state (model, free CPU, free milli per device), so it is
-memoised per state; identical states are common and are evaluated once.
+memoised per state (free CPU rounded down to the CPU amounts the typical tasks compare it
+with); identical states are common and are evaluated once.
 """
 
 from __future__ import annotations
@@ -44,17 +45,37 @@ class FragAwareArgs:
     """Points (of FGD's 0..100 scale) a share may gain by leaving its device full."""
     lookahead: bool = False
     """Score the change of the one-step look-ahead fragmentation V_n instead of F_n (see the
-    module docstring). Off by default; costs about 4x FGD's scoring time."""
+    module docstring). Off by default; costs 2-2.5x FGD's time per pod."""
 
 
 class LookaheadValue:
-    """V(s) = sum_m p_m x min over placements of typical task m on state s of F(s + m), F(s) if m does not fit."""
+    """V(s) = sum_m p_m x min over placements of typical task m on state s of F(s + m), F(s) if m does not fit.
+
+    Memoised per state. A state's free CPU enters V only through comparisons with the
+    typical tasks' CPU requests and sums of two of them (task m, then the task F asks about),
+    so it is rounded down to the largest such threshold first: states that differ only in
+    CPU no task can use share one entry, and V is unchanged."""
 
     def __init__(self, model: FragModel) -> None:
         self.model = model
         self.memo: dict[bytes, float] = {}
+        cpu = model.cpu
+        self.cpu_steps: IntArray = np.unique(np.concatenate([cpu, (cpu[:, None] + cpu[None, :]).ravel()]))
+        """Every CPU amount V compares a state's free CPU with, ascending."""
+        num = model.num
+        self.cpu_only = np.flatnonzero(num == 0)
+        self.shares = np.flatnonzero((num > 0) & (model.milli < GPU_MILLI))
+        self.wholes = np.flatnonzero((num > 0) & (model.milli >= GPU_MILLI))
+
+    def canonical_cpu(self, cpu: IntArray) -> IntArray:
+        """`cpu` rounded down to the largest CPU step (-1 below the smallest): the same V."""
+        steps = self.cpu_steps
+        j = np.searchsorted(steps, cpu, side="right") - 1
+        out: IntArray = np.where(j >= 0, steps[np.maximum(j, 0)], -1)
+        return out
 
     def __call__(self, model_id: IntArray, cpu: IntArray, free: IntArray) -> F64:
+        cpu = self.canonical_cpu(cpu)
         keys = np.column_stack((model_id, cpu, free)).astype(np.int64)
         raw = [row.tobytes() for row in keys]
         missing = [i for i, b in enumerate(raw) if b not in self.memo]
@@ -71,44 +92,48 @@ class LookaheadValue:
         return np.array([self.memo[b] for b in raw], dtype=np.float64)
 
     def compute(self, model_id: IntArray, cpu: IntArray, free: IntArray) -> F64:
-        """V for K states, without the memo: every typical task's placements in one batch."""
+        """V for K states, without the memo: every placement of every typical task in one batch.
+
+        Options, per (task, state) that fits: a CPU-only task leaves the GPUs as they are; a
+        share goes on any device with room; whole GPUs take the first free devices."""
         m = self.model
-        k, g = free.shape
+        k = free.shape[0]
         n_t = len(m.tasks)
-        base = m.batch(model_id, cpu, free)
         if n_t == 0 or k == 0:
-            return base
-        states = np.arange(k)
+            return m.batch(model_id, cpu, free)
+        fits = cpu[None, :] >= m.cpu[:, None]                                  # task x state
+        fits[m.needs_gpu] &= m.model_ok[m.needs_gpu][:, model_id]
+        tasks: list[IntArray] = []
+        states: list[IntArray] = []
+        rows: list[IntArray] = []
+        t, s = np.nonzero(fits[self.cpu_only])
+        tasks.append(self.cpu_only[t])
+        states.append(s)
+        rows.append(free[s])
+        share = self.shares
+        room = fits[share][:, :, None] & (free[None, :, :] >= m.milli[share][:, None, None])
+        t, s, d = np.nonzero(room)
+        after = free[s]
+        after[np.arange(len(s)), d] -= m.milli[share[t]]
+        tasks.append(share[t])
+        states.append(s)
+        rows.append(after)
         whole = free == GPU_MILLI
-        n_whole = whole.sum(axis=1)
-        first_whole = np.cumsum(whole, axis=1)
-        all_rows, all_owner, all_cpu = [], [], []
-        for t in range(n_t):
-            ok = cpu >= m.cpu[t]
-            if m.num[t] == 0:                               # CPU-only: the GPUs stay as they are
-                rows, owner = free[ok], states[ok]
-            elif m.milli[t] < GPU_MILLI:                    # a share: every device with room
-                ok &= m.model_ok[t, model_id]
-                rows = np.repeat(free, g, axis=0)
-                owner = np.repeat(states, g)
-                dev = np.tile(np.arange(g), k)
-                pick = np.arange(k * g)
-                room = (rows[pick, dev] >= m.milli[t]) & ok[owner]
-                rows[pick, dev] -= m.milli[t]
-                rows, owner = rows[room], owner[room]
-            else:                                           # whole GPUs: the first free devices
-                ok &= m.model_ok[t, model_id] & (n_whole >= m.num[t])
-                rows = np.where(whole & (first_whole <= m.num[t]), 0, free)[ok]
-                owner = states[ok]
-            all_rows.append(rows)
-            all_owner.append(owner + t * k)
-            all_cpu.append(cpu[owner] - m.cpu[t])
-        owner = np.concatenate(all_owner)
-        best = np.tile(base, n_t)                           # a task that does not fit leaves F as is
-        if len(owner):
-            after = m.batch(model_id[owner % k], np.concatenate(all_cpu), np.concatenate(all_rows))
-            np.minimum.at(best, owner, after)
-        result: F64 = best.reshape(n_t, k).T @ m.p
+        wanted = m.num[self.wholes]
+        t, s = np.nonzero(fits[self.wholes] & (whole.sum(axis=1)[None, :] >= wanted[:, None]))
+        taken = whole[s] & (np.cumsum(whole, axis=1)[s] <= wanted[t][:, None])
+        tasks.append(self.wholes[t])
+        states.append(s)
+        rows.append(np.where(taken, 0, free[s]))
+        task = np.concatenate(tasks)
+        state = np.concatenate(states)
+        # F of the states and of every option in one batch.
+        f = m.batch(np.concatenate((model_id, model_id[state])), np.concatenate((cpu, cpu[state] - m.cpu[task])),
+                    np.concatenate([free, *rows]))
+        best = np.tile(f[:k], n_t)                          # a task that does not fit leaves F as is
+        np.minimum.at(best, task * k + state, f[k:])
+        # Row by row, as `FragModel.batch`: the value of a state must not depend on its batch.
+        result: F64 = (np.ascontiguousarray(best.reshape(n_t, k).T) * m.p).sum(axis=1)
         return result
 
 
@@ -125,8 +150,10 @@ class LookaheadScorer(FragScorer):
                       leftover: F64) -> FloatArray:
         if self._value is None or self._value.model is not model:
             self._value = LookaheadValue(model)
-        v_before = self._value(model_id, cpu, free)
-        v_after = self._value(model_id[owner], cpu[owner] - pod_cpu, rows)
+        k = len(model_id)
+        v = self._value(np.concatenate((model_id, model_id[owner])), np.concatenate((cpu, cpu[owner] - pod_cpu)),
+                        np.concatenate((free, rows)))
+        v_before, v_after = v[:k], v[k:]
         result: FloatArray = (fgd_score(v_before[owner], v_after, leftover, rows)
                               + self.weight * (1.0 - leftover / 1000.0))
         return result

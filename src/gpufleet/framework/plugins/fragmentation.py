@@ -101,7 +101,9 @@ class FragModel:
                 & (free_cpu[:, None] >= self.cpu[None, :])
                 & (count >= self.num[None, :]))
         frag = np.where(fits, small, total[:, None])
-        result: F64 = frag @ self.p
+        # Row by row, not a matrix product: BLAS sums a row in an order that depends on the
+        # batch it is in, and scores must not change with how nodes are batched.
+        result: F64 = (frag * self.p).sum(axis=1)
         return result
 
     def nodes(self, usage: Usage, idx: I64) -> F64:
