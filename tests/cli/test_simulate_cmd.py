@@ -9,6 +9,8 @@ import pytest
 
 from gpufleet.cli.main import main
 
+SCENARIOS = Path(__file__).parents[2] / "src" / "gpufleet" / "sim" / "scenarios"
+
 
 def test_compare_on_a_small_builtin_workload_writes_json_csv_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "rep"
@@ -39,15 +41,34 @@ def test_time_mode_replays_and_reports_jct_and_waits(tmp_path: Path) -> None:
     (["simulate", "--scale", "9"], "--scale must be in (0, 4]"),
     (["simulate", "--philly"], "--philly has no packing experiment"),
     (["simulate", "--scenario", "/no/such/scenario.yaml"], "/no/such/scenario.yaml: no such file"),
-    (["simulate", "--mode", "time", "--time-scale", "0"], "--time-scale must be positive"),
+    (["simulate", "--mode", "time", "--scenario", str(SCENARIOS / "mixed-sharing.yaml"), "--time-scale", "0"],
+     "--time-scale must be positive"),
+    # Flags the run would ignore are refused rather than silently dropped.
+    (["simulate", "--variant", "default", "--scenario", "x.yaml"], "choose one workload: --scenario and --variant"),
+    (["simulate", "--variant", "default", "--scale", "0.5"], "--scale sizes the built-in default workload; it does "
+                                                              "not apply to --variant"),
+    (["compare", "--trace-dir", "traces"], "--trace-dir is read only with --variant or --philly"),
+    (["simulate", "--time-scale", "10", "--scenario", "x.yaml"], "--time-scale applies only to --mode time"),
+    (["simulate", "--mode", "time", "--time-scale", "10"], "--time-scale applies to traces and scenarios"),
+    (["simulate", "--load", "3"], "--load applies only to the built-in default workload in --mode time"),
+    (["simulate", "--mode", "time", "--philly", "--tasks", "50"], "--tasks applies only to the built-in default"),
 ], ids=["an unknown policy is named", "a node list needs a pod list", "zero seeds is refused",
         "an absurd scale is refused", "philly needs time mode", "a missing file is named",
-        "a zero time scale is refused"])
+        "a zero time scale is refused", "two workloads", "scale with a trace", "trace dir without a trace",
+        "time scale in packing mode", "time scale for the built-in default", "load in packing mode",
+        "tasks with a trace"])
 def test_user_mistakes_are_one_line_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+def test_the_fgd_experiment_has_no_time_mode_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["experiment", "fgd", "--json", "x.json", "--mode", "time"])
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: --mode time" in capsys.readouterr().err
 
 
 def test_a_malformed_trace_row_names_file_line_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -79,5 +100,5 @@ def test_a_bad_profile_is_a_one_line_error_naming_the_key(tmp_path: Path, capsys
 
 @pytest.mark.parametrize("name", ["mixed-sharing", "gangs-and-queues", "fragmentation"])
 def test_every_shipped_scenario_replays_in_time_mode(name: str) -> None:
-    scenario = Path(__file__).parents[2] / "src" / "gpufleet" / "sim" / "scenarios" / f"{name}.yaml"
+    scenario = SCENARIOS / f"{name}.yaml"
     assert main(["simulate", "--mode", "time", "--scenario", str(scenario), "--policy", "gpufleet"]) == 0

@@ -52,7 +52,7 @@ def add_parser(sub: Any) -> None:
     exp = sub.add_parser("experiment", help="published experiments")
     exp_sub = exp.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
     fgd = exp_sub.add_parser("fgd", help="the FGD paper's packing experiment")
-    _workload_args(fgd)
+    _workload_args(fgd, time_mode=False)
     fgd.add_argument("--policies", default=",".join(PAPER_POLICIES),
                      help=f"comma-separated, from: {', '.join(POLICIES)} (default: the paper's six)")
     fgd.add_argument("--seeds", type=int, default=10)
@@ -65,7 +65,7 @@ def add_parser(sub: Any) -> None:
     faults_cmd.add_experiment(exp_sub)
 
 
-def _workload_args(p: argparse.ArgumentParser) -> None:
+def _workload_args(p: argparse.ArgumentParser, *, time_mode: bool = True) -> None:
     p.add_argument("--trace-dir", help="directory holding the traces (default: $GPUFLEET_TRACE_DIR)")
     p.add_argument("--variant", help="openb pod list variant (default, gpushare40, multigpu20, ...)")
     p.add_argument("--scenario", type=Path, metavar="FILE",
@@ -74,20 +74,51 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
                    help="time mode: the Philly-derived Gavel traces (15 virtual clusters on 500 V100s)")
     p.add_argument("--nodes", type=Path, help="openb node list CSV")
     p.add_argument("--pods", type=Path, help="openb pod list CSV")
-    p.add_argument("--scale", type=finite_float, default=1.0, help="built-in default only: cluster size factor")
+    p.add_argument("--scale", type=finite_float, help="built-in default only: cluster size factor (default: 1)")
     p.add_argument("--profile", action="append", type=Path, default=[], metavar="FILE",
                    help="also run this scheduling profile (YAML, see docs/concepts.md); repeatable")
+    if not time_mode:
+        p.set_defaults(mode="packing", time_scale=None, load=None, tasks=None)
+        return
     p.add_argument("--mode", choices=("packing", "time"), default="packing",
                    help="packing: the FGD experiment (arrivals only); time: replay arrivals and departures")
-    p.add_argument("--time-scale", type=finite_float, default=1.0,
-                   help="time mode: divide arrival times by this (compress a lightly loaded trace)")
-    p.add_argument("--load", type=finite_float, default=2.0,
+    p.add_argument("--time-scale", type=finite_float,
+                   help="time mode, traces and scenarios: divide arrival times by this (compress a lightly "
+                        "loaded trace; default: 1)")
+    p.add_argument("--load", type=finite_float,
                    help="time mode, built-in default: nominal offered GPU load (heavy-tailed durations "
-                        "make the realised load lower)")
-    p.add_argument("--tasks", type=int, default=10_000, help="time mode, built-in default: number of tasks")
+                        "make the realised load lower; default: 2)")
+    p.add_argument("--tasks", type=int, help="time mode, built-in default: number of tasks (default: 10000)")
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse workload flags that this run would ignore: the user meant something else.
+
+    At most one workload source; `--scale` only for the built-in default; `--trace-dir` only
+    where traces are read; `--time-scale` only for traces and scenarios in time mode; `--load`
+    and `--tasks` only for the built-in default in time mode."""
+    sources = [flag for flag, given in (("--philly", args.philly), ("--scenario", args.scenario is not None),
+                                        ("--nodes/--pods", bool(args.nodes or args.pods)),
+                                        ("--variant", args.variant is not None)) if given]
+    if len(sources) > 1:
+        raise UsageError(f"choose one workload: {' and '.join(sources)} were both given")
+    builtin = not sources
+    time_mode = args.mode == "time"
+    if args.scale is not None and not builtin:
+        raise UsageError(f"--scale sizes the built-in default workload; it does not apply to {sources[0]}")
+    if args.trace_dir is not None and not (args.variant or args.philly):
+        raise UsageError("--trace-dir is read only with --variant or --philly; without a workload flag the "
+                         "built-in default runs")
+    if args.time_scale is not None and not (time_mode and not builtin):
+        raise UsageError("--time-scale applies to traces and scenarios in --mode time (the built-in default's "
+                         "load is set by --load)" if time_mode else "--time-scale applies only to --mode time")
+    for flag, value in (("--load", args.load), ("--tasks", args.tasks)):
+        if value is not None and not (time_mode and builtin):
+            raise UsageError(f"{flag} applies only to the built-in default workload in --mode time")
 
 
 def load_workload(args: argparse.Namespace) -> Workload:
+    check_flags(args)
     if args.philly:
         raise UsageError("--philly has no packing experiment (its jobs are whole GPUs); use --mode time")
     if args.scenario:
@@ -99,24 +130,35 @@ def load_workload(args: argparse.Namespace) -> Workload:
     if args.variant:
         nodes, pods = openb.variant_files(trace_dir(args.trace_dir), args.variant)
         return openb.load(nodes, pods, max_pods=FGD_MAX_PODS)
-    if not 0 < args.scale <= 4:
-        raise UsageError(f"--scale must be in (0, 4], got {args.scale}")
-    return default_workload(scale=args.scale, seed=0, max_pods=FGD_MAX_PODS)
+    scale = _scale(args)
+    return default_workload(scale=scale, seed=0, max_pods=FGD_MAX_PODS)
+
+
+def _scale(args: argparse.Namespace) -> float:
+    scale: float = 1.0 if args.scale is None else args.scale
+    if not 0 < scale <= 4:
+        raise UsageError(f"--scale must be in (0, 4], got {scale}")
+    return scale
 
 
 def time_workload(args: argparse.Namespace) -> compare_time.WorkloadFor:
     """A seed -> workload function for time mode (the built-in default varies with the seed)."""
-    if args.time_scale <= 0:
-        raise UsageError(f"--time-scale must be positive, got {args.time_scale}")
+    check_flags(args)
+    time_scale: float = 1.0 if args.time_scale is None else args.time_scale
+    if time_scale <= 0:
+        raise UsageError(f"--time-scale must be positive, got {time_scale}")
     if args.philly or args.scenario or args.nodes or args.pods or args.variant:
         # Jobs without a duration (the multigpu files, open-ended scenario jobs) hold their
         # resources to the end of the replay.
         base = philly.load(trace_dir(args.trace_dir)) if args.philly else load_workload(args)
-        scaled = replace(base, jobs=tuple(replace(j, arrival_s=j.arrival_s / args.time_scale) for j in base.jobs))
+        scaled = replace(base, jobs=tuple(replace(j, arrival_s=j.arrival_s / time_scale) for j in base.jobs))
         return lambda _seed: scaled
-    if args.tasks < 1 or args.load <= 0:
+    tasks: int = 10_000 if args.tasks is None else args.tasks
+    load: float = 2.0 if args.load is None else args.load
+    if tasks < 1 or load <= 0:
         raise UsageError("--tasks and --load must be positive")
-    return lambda seed: default_workload(scale=args.scale, seed=seed, load=args.load, tasks=args.tasks)
+    scale = _scale(args)
+    return lambda seed: default_workload(scale=scale, seed=seed, load=load, tasks=tasks)
 
 
 def _time_compare(args: argparse.Namespace, policies: list[str], seeds: int, out: Path | None) -> int:
@@ -131,7 +173,8 @@ def _time_compare(args: argparse.Namespace, policies: list[str], seeds: int, out
     summary = compare_time.summarise(runs)
     first = make(42)
     meta = {"workload": first.description or first.name, "nodes": len(first.nodes), "jobs": len(first.jobs),
-            "seeds": seeds, "time_scale": args.time_scale, "seconds": round(time.perf_counter() - start, 1)}
+            "seeds": seeds, "time_scale": 1.0 if args.time_scale is None else args.time_scale,
+            "seconds": round(time.perf_counter() - start, 1)}
     report.time_table(summary, f"{first.name}: time-driven replay (means over seeds)")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
