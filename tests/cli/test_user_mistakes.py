@@ -95,7 +95,9 @@ def test_a_profile_with_a_non_finite_number_is_refused(text: str, message: str, 
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["simulate", "--seed", "-1"], "--seed must be 0 or more, got -1"),
+    (["simulate", "--seed", "-1"], "argument --seed: a seed is 0 or more, got -1"),
+    (["snapshot", "replay", "dump.json", "--seed", "-3"], "argument --seed: a seed is 0 or more, got -3"),
+    (["dev-cluster", "--seed", "-1"], "argument --seed: a seed is 0 or more, got -1"),
     (["simulate", "--mode", "time", "--time-scale", "nan"], "argument --time-scale: expected a finite number, got 'nan'"),
     (["simulate", "--scale", "inf"], "argument --scale: expected a finite number, got 'inf'"),
     (["compare", "--workers", "0"], "argument --workers: must be at least 1, got 0"),

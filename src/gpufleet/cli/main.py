@@ -50,6 +50,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def seed(text: str) -> int:
+    """An argparse type: a random seed, 0 or more (`random.Random(-n)` is `random.Random(n)`, so a
+    negative seed would silently repeat a positive one)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed is 0 or more, got {value}")
+    return value
+
+
 def port(text: str) -> int:
     """An argparse type: a TCP port, 0..65535 (0 = any free port)."""
     try:
