@@ -187,6 +187,12 @@ BAD = [
     ("nodes:\n  - name: n\n    cpu: 1\n    memory: 1Gi\n    labels: {nvidia.com/gpu.product: A}\n"
      "    gpus: {model: B, count: 1, memory: 1Gi}\n", 5, "nodes[0].labels", "must match", "a product label that "
      "contradicts the GPU model"),
+    ("nodes:\n  - {name: n, count: 10000000000, cpu: 1, memory: 1Gi}\n", 2, "nodes[0].count",
+     "must be at most 100,000, got 10,000,000,000", "a node group too large to build"),
+    ("nodes:\n  - name: n\n    cpu: 1\n    memory: 1Gi\n    gpus: {model: T4, count: 640, memory: 16Gi}\n", 5,
+     "nodes[0].gpus.count", "at most 64", "more GPUs than any node has"),
+    ("nodes:\n  - name: n\n    cpu: 1\n    memory: 1Gi\n    gpus: {model: T4, count: 4, memory: 16Gi, numaNodes: 8}\n",
+     5, "nodes[0].gpus.numaNodes", "at most 4", "more NUMA nodes than GPUs"),
     ("nodes: [\n", 2, "", "invalid YAML", "a YAML syntax error"),
     ("", 1, "", "no YAML document", "an empty file"),
 ]
@@ -210,6 +216,8 @@ BAD_JOBS = [
     ("duration: 0", 5, "jobs[0].duration", "positive", "a zero duration"),
     ("duration: soon", 5, "jobs[0].duration", "seconds", "a duration that is not a number"),
     ("priority: high", 5, "jobs[0].priority", "whole number", "a priority that is not a number"),
+    ("priority: 3000000000", 5, "jobs[0].priority", "at most 2,147,483,647", "a priority beyond int32"),
+    ("replicas: 100000000", 5, "jobs[0].replicas", "at most 1,000,000", "more replicas than can be built"),
     ("tolerations: [{operator: Maybe}]", 5, "jobs[0].tolerations[0].operator", "unknown value", "a bad operator"),
     ("affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: "
      "[{matchExpressions: [{key: k, operator: In}]}]}}}", 5,

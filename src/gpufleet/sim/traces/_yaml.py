@@ -86,12 +86,14 @@ class Loc:
             raise self.error(f"expected a non-empty string, got {value!r}")
         return value
 
-    def integer(self, minimum: int = 0) -> int:
+    def integer(self, minimum: int = 0, maximum: int | None = None) -> int:
         value = self.scalar()
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(f"expected a whole number, got {value!r}")
         if value < minimum:
             raise self.error(f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise self.error(f"must be at most {maximum:,}, got {value:,}")
         return value
 
     def seconds(self) -> float:

@@ -38,6 +38,13 @@ NODE_KEYS = ("name", "count", "cpu", "memory", "maxPods", "labels", "taints", "g
 GPU_KEYS = ("model", "count", "memory", "nvlinkDomains", "numaNodes", "mig")
 JOB_KEYS = ("name", "namespace", "arrival", "duration", "replicas", "gang", "priority", "queue", "preemptible",
             "resources", "nodeSelector", "tolerations", "affinity")
+MAX_GROUP_NODES = 100_000
+"""Nodes one `count` may expand to (20x Kubernetes' 5,000-node scalability limit): a typo such
+as an extra zero is an error, not a run that never finishes building its cluster."""
+MAX_GPUS_PER_NODE = 64
+MAX_REPLICAS = 1_000_000
+MAX_PRIORITY = 2**31 - 1
+"""Pod priority is an int32 in Kubernetes."""
 GPU_RESOURCES = (GPU_RESOURCE, GPU_MILLI_RESOURCE)
 
 E = TypeVar("E", bound=Enum)
@@ -68,7 +75,7 @@ def load(path: Path) -> Workload:
 def _nodes(loc: Loc) -> list[NodeInfo]:
     spec = loc.mapping(NODE_KEYS, required=("name", "cpu", "memory"))
     name = spec["name"].text()
-    count = spec["count"].integer(minimum=1) if "count" in spec else None
+    count = spec["count"].integer(minimum=1, maximum=MAX_GROUP_NODES) if "count" in spec else None
     names = [f"{name}-{i}" for i in range(count)] if count is not None else [name]
     labels = spec["labels"].strings() if "labels" in spec else {}
     taints = tuple(_taint(t) for t in spec["taints"].sequence()) if "taints" in spec else ()
@@ -92,10 +99,10 @@ def _nodes(loc: Loc) -> list[NodeInfo]:
 
 def _gpus(loc: Loc, node: str) -> tuple[Gpu, ...]:
     spec = loc.mapping(GPU_KEYS, required=("model", "count", "memory"))
-    model, count = spec["model"].text(), spec["count"].integer(minimum=1)
+    model, count = spec["model"].text(), spec["count"].integer(minimum=1, maximum=MAX_GPUS_PER_NODE)
     mem = units.mem_mib(spec["memory"].quantity(), spec["memory"].where)
-    domains = spec["nvlinkDomains"].integer() if "nvlinkDomains" in spec else 0
-    numa = spec["numaNodes"].integer(minimum=1) if "numaNodes" in spec else 1
+    domains = spec["nvlinkDomains"].integer(maximum=count) if "nvlinkDomains" in spec else 0
+    numa = spec["numaNodes"].integer(minimum=1, maximum=count) if "numaNodes" in spec else 1
     layouts = _mig_layouts(spec["mig"], count) if "mig" in spec else {}
     per_domain, per_numa = -(-count // max(domains, 1)), -(-count // numa)
     return tuple(Gpu(GpuUuid(f"GPU-{node}-{i}"), model, mem, i,
@@ -127,7 +134,7 @@ def _taint(loc: Loc) -> Taint:
 def _jobs(loc: Loc, file: str) -> list[Job]:
     spec = loc.mapping(JOB_KEYS, required=("name",))
     name = spec["name"].text()
-    replicas = spec["replicas"].integer(minimum=1) if "replicas" in spec else 1
+    replicas = spec["replicas"].integer(minimum=1, maximum=MAX_REPLICAS) if "replicas" in spec else 1
     namespace = spec["namespace"].text() if "namespace" in spec else "default"
     arrival = spec["arrival"].seconds() if "arrival" in spec else 0.0
     duration = _duration(spec["duration"]) if "duration" in spec else None
@@ -149,7 +156,7 @@ def _pod(spec: dict[str, Loc], name: str, namespace: str, arrival: float, group:
     affinity = _affinity(spec["affinity"]) if "affinity" in spec else ()
     selector = spec["nodeSelector"].strings() if "nodeSelector" in spec else {}
     tolerations = tuple(_toleration(t) for t in spec["tolerations"].sequence()) if "tolerations" in spec else ()
-    priority = spec["priority"].integer(minimum=-(2**31)) if "priority" in spec else 0
+    priority = spec["priority"].integer(minimum=-MAX_PRIORITY - 1, maximum=MAX_PRIORITY) if "priority" in spec else 0
     queue = spec["queue"].text() if "queue" in spec else "default"
     preemptible = spec["preemptible"].boolean() if "preemptible" in spec else True
     try:
