@@ -39,27 +39,26 @@ def finite_float(text: str) -> float:
     return value
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1 (worker counts)."""
+def _whole(text: str, minimum: int, too_small: str) -> int:
+    """`text` as an int of at least `minimum`; `too_small` is the message, formatted with the value."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(too_small.format(value))
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (worker counts)."""
+    return _whole(text, 1, "must be at least 1, got {}")
 
 
 def seed(text: str) -> int:
     """An argparse type: a random seed, 0 or more (`random.Random(-n)` is `random.Random(n)`, so a
     negative seed would silently repeat a positive one)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a seed is 0 or more, got {value}")
-    return value
+    return _whole(text, 0, "a seed is 0 or more, got {}")
 
 
 def port(text: str) -> int:
