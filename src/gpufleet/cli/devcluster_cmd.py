@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from gpufleet.cli.main import UsageError, port, seed
+from gpufleet.cli.main import UsageError, port, random_seed
 from gpufleet.testing.apiserver import ApiServer, gpu_nodes
 
 DEFAULT_KUBECONFIG = "dev-cluster.kubeconfig"
@@ -32,7 +32,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--port", type=port, default=0, help="port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--kubeconfig", type=Path, default=Path(DEFAULT_KUBECONFIG),
                         help=f"where to write the kubeconfig (default ./{DEFAULT_KUBECONFIG})")
-    parser.add_argument("--seed", type=seed, default=0, help="seed of the generated node fleet (default 0)")
+    parser.add_argument("--seed", type=random_seed, default=0, help="seed of the generated node fleet (default 0)")
     parser.add_argument("--no-kubelet", action="store_true", help="do not simulate kubelets (bound pods stay Pending)")
     parser.set_defaults(func=run)
 

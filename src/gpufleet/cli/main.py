@@ -55,7 +55,7 @@ def positive_int(text: str) -> int:
     return _whole(text, 1, "must be at least 1, got {}")
 
 
-def seed(text: str) -> int:
+def random_seed(text: str) -> int:
     """An argparse type: a random seed, 0 or more (`random.Random(-n)` is `random.Random(n)`, so a
     negative seed would silently repeat a positive one)."""
     return _whole(text, 0, "a seed is 0 or more, got {}")

@@ -47,7 +47,7 @@ from gpufleet.kube.scheduler import SchedulerService, ServiceSettings
 from gpufleet.model import ClusterSnapshot, read_text
 from gpufleet.model.annotations import SCHEDULER_NAME
 from gpufleet.cli import main as cli_main
-from gpufleet.cli.main import UsageError, finite_float, port, positive_int, seed
+from gpufleet.cli.main import UsageError, finite_float, port, positive_int, random_seed
 
 
 
@@ -101,7 +101,7 @@ def add_parser(subparsers: Any) -> None:
     r = sub.add_parser("replay", help="run one cycle on a dump: what would the scheduler do")
     r.add_argument("file", type=Path)
     r.add_argument("--profile", default="default", help=f"built-in ({', '.join(BUILTIN)}) or a YAML file")
-    r.add_argument("--seed", type=seed, default=0, help="seed for the cycle's random tie-breaks (default 0)")
+    r.add_argument("--seed", type=random_seed, default=0, help="seed for the cycle's random tie-breaks (default 0)")
     r.set_defaults(func=_replay)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.cli import autoscale_cmd, faults_cmd, queues_cmd
-from gpufleet.cli.main import UsageError, finite_float, names, output_dir, output_file, positive_int, seed
+from gpufleet.cli.main import UsageError, finite_float, names, output_dir, output_file, positive_int, random_seed
 from dataclasses import replace
 
 from gpufleet.sim import compare, compare_time, queue_report, report
@@ -39,7 +39,7 @@ def add_parser(sub: Any) -> None:
         _workload_args(p)
         if name == "simulate":
             p.add_argument("--policy", default="fgd", help=f"one of {', '.join(POLICIES)} (default: fgd)")
-            p.add_argument("--seed", type=seed, default=42)
+            p.add_argument("--seed", type=random_seed, default=42)
         else:
             p.add_argument("--policies", default=",".join(PAPER_POLICIES + ("gpufleet", "gpufleet-lookahead")),
                            help=f"comma-separated, from: {', '.join(POLICIES)} (default: all)")
@@ -141,10 +141,14 @@ def _scale(args: argparse.Namespace) -> float:
     return scale
 
 
+def _time_scale(args: argparse.Namespace) -> float:
+    return 1.0 if args.time_scale is None else float(args.time_scale)
+
+
 def time_workload(args: argparse.Namespace) -> compare_time.WorkloadFor:
     """A seed -> workload function for time mode (the built-in default varies with the seed)."""
     check_flags(args)
-    time_scale: float = 1.0 if args.time_scale is None else args.time_scale
+    time_scale = _time_scale(args)
     if time_scale <= 0:
         raise UsageError(f"--time-scale must be positive, got {time_scale}")
     if args.philly or args.scenario or args.nodes or args.pods or args.variant:
@@ -173,8 +177,7 @@ def _time_compare(args: argparse.Namespace, policies: list[str], seeds: int, out
     summary = compare_time.summarise(runs)
     first = make(42)
     meta = {"workload": first.description or first.name, "nodes": len(first.nodes), "jobs": len(first.jobs),
-            "seeds": seeds, "time_scale": 1.0 if args.time_scale is None else args.time_scale,
-            "seconds": round(time.perf_counter() - start, 1)}
+            "seeds": seeds, "time_scale": _time_scale(args), "seconds": round(time.perf_counter() - start, 1)}
     report.time_table(summary, f"{first.name}: time-driven replay (means over seeds)")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
