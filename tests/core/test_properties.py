@@ -18,9 +18,11 @@ so that the second batch meets running pods, including running gang members. The
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -239,3 +241,51 @@ def test_the_registry_scorers_are_all_covered() -> None:
     assert {"MostAllocated", "LeastAllocated", "BestFit", "DotProduct", "GpuPacking", "GpuClustering", "FGD",
             "Random", "Topology"} <= set(SCORERS)
     assert not {"NodeResourcesFit", "TaintToleration", "NodeAffinity", "GpuFit"} & set(SCORERS)
+
+
+LONE = [("BestFit", 1.0), ("BestFit", 0.5), ("BestFit", 3.0), ("BestFit", 0.0)]
+
+
+@pytest.mark.parametrize(("scorer", "weight"), LONE)
+@pytest.mark.parametrize("others", [(), ("Topology",), ("RecentFaults",)])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=scenario_st())
+def test_a_lone_scorer_skips_normalising_without_changing_a_choice(
+        scorer: str, weight: float, others: tuple[str, ...],
+        scenario: tuple[list[NodeInfo], list[PodGroup], list[PodSpec], list[PodSpec], int]) -> None:
+    """When one scorer is left with a preference and declares that its normalisation keeps
+    its first highest score first, the core takes that node from the raw scores; forcing the
+    full path (normalise, weight, sum) must bind exactly the same."""
+    nodes, groups, first, second, seed = scenario
+    refs = (ScoreRef(scorer, weight), *(ScoreRef(o) for o in others))
+    profile = build_profile(ProfileSettings(scores=refs))
+    assert profile.keeps_first_max[0]
+    full = dataclasses.replace(profile, keeps_first_max=(False,) * len(refs))
+    snap = ClusterSnapshot.build(nodes, (), groups)
+    snap = snap.apply(_run(snap, first, full, seed).binds)
+    assert _run(snap, second, profile, seed) == _run(snap, second, full, seed)
+
+
+class _Reversed:
+    """Raw score = node index; normalising reverses it, so the normalised best is the lowest index."""
+
+    name = "Reversed"
+
+    def score(self, state: object, pod: PodSpec, view: object, nodes: np.ndarray) -> np.ndarray:
+        return nodes.astype(np.float64)
+
+    def normalize_score(self, scores: np.ndarray) -> np.ndarray:
+        return -scores
+
+
+def test_a_normalising_scorer_that_does_not_keep_the_first_max_is_normalised() -> None:
+    nodes = [make_node(f"n{i}").gpus(1).build() for i in range(3)]
+    profile = dataclasses.replace(build_profile(ProfileSettings(scores=(ScoreRef("BestFit"),))),
+                                  scores=((_Reversed(), 1.0),), normalizing=(True,), uniform=(False,),
+                                  keeps_first_max=(False,), device_picker=None)
+    pod = make_pod("p").gpus(1).build()
+    snap = ClusterSnapshot.build(nodes)
+    assert [b.node for b in _run(snap, [pod], profile, 0).binds] == ["n0"]
+    # Declared (wrongly) as keeping the first max, the raw scores decide: the check above has teeth.
+    wrong = dataclasses.replace(profile, keeps_first_max=(True,))
+    assert [b.node for b in _run(snap, [pod], wrong, 0).binds] == ["n2"]

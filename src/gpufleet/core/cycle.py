@@ -123,17 +123,24 @@ class _Cycle:
         return np.flatnonzero(mask)
 
     def _select(self, pod: PodSpec, nodes: np.ndarray) -> int:
-        if not self.profile.scores:
+        p = self.profile
+        if not p.scores:
             return int(nodes[0])
         # Score even a single feasible node: a scorer may also be the device picker (FGD).
         # A scorer with no preference for this pod adds the same value to every node: left out.
+        active = [k for k, (plugin, _) in enumerate(p.scores)
+                  if not (p.uniform[k] and plugin.uniform(self.state, pod, self.view))]  # type: ignore[attr-defined]
+        if len(active) == 1:
+            k = active[0]
+            plugin, weight = p.scores[k]
+            if (p.keeps_first_max[k] and weight > 0) or (not p.normalizing[k] and weight == 1):
+                # One scorer decides, and its first highest raw score is the sum's first highest.
+                return int(nodes[int(np.argmax(plugin.score(self.state, pod, self.view, nodes)))])
         total: np.ndarray | None = None
-        for (plugin, weight), normalize, uniform in zip(self.profile.scores, self.profile.normalizing,
-                                                        self.profile.uniform):
-            if uniform and plugin.uniform(self.state, pod, self.view):  # type: ignore[attr-defined]
-                continue
+        for k in active:
+            plugin, weight = p.scores[k]
             scores = plugin.score(self.state, pod, self.view, nodes)
-            if normalize:
+            if p.normalizing[k]:
                 scores = plugin.normalize_score(scores)  # type: ignore[attr-defined]
             if weight != 1:
                 scores = weight * scores

@@ -94,6 +94,14 @@ class NormalizeScorePlugin(ScorePlugin, Protocol):
         ...
 
 
+KEEPS_FIRST_MAX = "normalize_keeps_first_max"
+"""Optional class attribute of a `NormalizeScorePlugin`: True when `normalize_score` gives its
+single highest value exactly to the nodes with the highest raw score and integers elsewhere
+(min-max to integers over integer raw scores does). When such a scorer is the only one with
+a preference for a pod, the core takes the first node of its highest raw score and skips the
+normalisation: the same node, since a positive weight keeps 100 above 99."""
+
+
 @runtime_checkable
 class DevicePicker(Plugin, Protocol):
     def pick_devices(self, state: CycleState, pod: PodSpec, view: View, node: int) -> tuple[int, ...] | None:

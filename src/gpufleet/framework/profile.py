@@ -25,8 +25,9 @@ from typing import Any, Mapping, get_args, get_origin, get_type_hints
 
 import yaml
 
-from gpufleet.framework.interfaces import (DevicePicker, FilterPlugin, NormalizeScorePlugin, PermitPlugin, Plugin,
-                                           PreFilterPlugin, ReservePlugin, ScorePlugin, UniformScorePlugin)
+from gpufleet.framework.interfaces import (KEEPS_FIRST_MAX, DevicePicker, FilterPlugin, NormalizeScorePlugin,
+                                           PermitPlugin, Plugin, PreFilterPlugin, ReservePlugin, ScorePlugin,
+                                           UniformScorePlugin)
 from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.framework.registry import BuildContext, Entry, NoArgs, default_registry
 
@@ -71,6 +72,9 @@ class Profile:
     queueing: QueueingConfig = QueueingConfig()
     uniform: tuple[bool, ...] = ()
     """Per entry of `scores`: whether it can say it has no preference for a pod (`UniformScorePlugin`)."""
+    keeps_first_max: tuple[bool, ...] = ()
+    """Per entry of `scores`: whether its normalisation keeps the first highest raw score first
+    (`interfaces.KEEPS_FIRST_MAX`)."""
 
 
 def build_profile(settings: ProfileSettings, context: BuildContext = BuildContext(),
@@ -108,7 +112,8 @@ def build_profile(settings: ProfileSettings, context: BuildContext = BuildContex
                    tuple(p for p in every if isinstance(p, PermitPlugin)),
                    tuple(isinstance(p, NormalizeScorePlugin) for p, _ in scores),
                    settings.queueing,
-                   tuple(isinstance(p, UniformScorePlugin) for p, _ in scores))
+                   tuple(isinstance(p, UniformScorePlugin) for p, _ in scores),
+                   tuple(getattr(p, KEEPS_FIRST_MAX, False) is True for p, _ in scores))
 
 
 # -- YAML -------------------------------------------------------------------------------------

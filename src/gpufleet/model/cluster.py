@@ -9,7 +9,7 @@ whole GPUs, largest free fraction, free MIG slices per profile) that filters rea
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -96,6 +96,28 @@ class Cluster:
         self.names: tuple[NodeName, ...] = tuple(names)
         self.has_taints: bool = any(x.taints for x in ordered)
         """False when no node has a taint: taint filtering can be skipped outright."""
+        self._gpu_lists: dict[int, GpuLists] = {}
+
+    def gpu_lists(self, i: int) -> GpuLists:
+        """Node i's static per-GPU attributes as Python lists, for the per-node loops of
+        placement (`Usage.refresh_row`, device choice): whether each GPU takes whole-GPU or
+        fractional work (not MIG), its memory, its NVLink domain id and its NUMA node.
+        Built on first use and kept (the cluster never changes)."""
+        found = self._gpu_lists.get(i)
+        if found is None:
+            n = int(self.gpu_count[i])
+            found = self._gpu_lists[i] = GpuLists(self.gpu_whole_ok[i, :n].tolist(), self.gpu_mem[i, :n].tolist(),
+                                                  self.nvlink[i, :n].tolist(), self.numa[i, :n].tolist())
+        return found
+
+
+class GpuLists(NamedTuple):
+    """One node's static per-GPU attributes (see `Cluster.gpu_lists`)."""
+
+    whole_ok: list[bool]
+    mem: list[int]
+    nvlink: list[int]
+    numa: list[int]
 
 
 GPU_CLASSES = 6
@@ -185,20 +207,17 @@ class Usage:
 
     def refresh_row(self, i: int) -> None:
         """Recompute node i's aggregates after its usage changed (O(GPUs on the node))."""
-        c = self.cluster
-        n = int(c.gpu_count[i])
+        ok, cap_mem, domain, numa = self.cluster.gpu_lists(i)
+        n = len(ok)
         ready = bool(self.node_ready[i])
-        ok = (c.gpu_whole_ok[i] & self.gpu_healthy[i] & ready).tolist()
-        used = self.gpu_used_milli[i].tolist()
-        gmem = self.gpu_used_mem[i].tolist()
-        cap_mem = c.gpu_mem[i].tolist()
-        domain = c.nvlink[i].tolist()
-        numa = c.numa[i].tolist()
+        healthy = self.gpu_healthy[i, :n].tolist()
+        used = self.gpu_used_milli[i, :n].tolist()
+        gmem = self.gpu_used_mem[i, :n].tolist()
         whole = best_milli = best_mem = whole_mem = total = usable = 0
         per_domain: dict[int, int] = {}
         per_numa: dict[int, int] = {}
         for j in range(n):
-            if not ok[j]:
+            if not (ready and ok[j] and healthy[j]):
                 continue
             usable += 1
             free = GPU_MILLI - used[j]
@@ -219,6 +238,7 @@ class Usage:
         self.usable_gpus[i] = usable
         self.max_free_domain[i] = max(per_domain.values(), default=0)
         self.max_free_numa[i] = max(per_numa.values(), default=0)
+        c = self.cluster
         if c.slice_end[i] > c.slice_start[i]:
             self._refresh_slices(i)
         self.version[i] = _next_stamp[0]
@@ -288,9 +308,14 @@ class Usage:
         self.free_cpu[i] -= sign * p.cpu_milli
         self.free_mem[i] -= sign * p.mem_mib
         self.free_pods[i] -= sign
-        for j in p.gpus:
-            self.gpu_used_milli[i, j] += sign * p.milli
-            self.gpu_used_mem[i, j] += sign * p.gpu_mem_mib
+        if len(p.gpus) > 2:  # one indexed update beats a loop of scalar ones from here on
+            gpus = list(p.gpus)
+            self.gpu_used_milli[i, gpus] += sign * p.milli
+            self.gpu_used_mem[i, gpus] += sign * p.gpu_mem_mib
+        else:
+            for j in p.gpus:
+                self.gpu_used_milli[i, j] += sign * p.milli
+                self.gpu_used_mem[i, j] += sign * p.gpu_mem_mib
         start = int(self.cluster.slice_start[i])
         for s in p.mig_slices:
             self.slice_used[start + s] = sign > 0

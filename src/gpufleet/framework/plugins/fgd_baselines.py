@@ -35,13 +35,18 @@ class BestFit:
     """Least leftover CPU and GPU after placement (weights 0.5/0.5), min-max normalised."""
 
     name = "BestFit"
+    normalize_keeps_first_max = True
+    """Raw scores are integers (truncated), so min-max gives 100 to the highest only (`interfaces`)."""
 
     def score(self, state: CycleState, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
+        # The artifact's 0.5 * x / MAX, computed as x / (2 * MAX): halving is exact, so both
+        # round the same real number. In place, since this runs once per pod.
         u = view.usage
-        left = (0.5 * (u.free_cpu[nodes] - pod.cpu_milli) / MAX_SPEC_CPU
-                + 0.5 * (u.free_milli_total[nodes] - pod.gpu.total_milli) / MAX_SPEC_GPU)
-        result: FloatArray = np.trunc((1.0 - left) * 100.0)
-        return result
+        left: FloatArray = (u.free_cpu[nodes] - pod.cpu_milli) / (2 * MAX_SPEC_CPU)
+        left += (u.free_milli_total[nodes] - pod.gpu.total_milli) / (2 * MAX_SPEC_GPU)
+        np.subtract(1.0, left, out=left)
+        left *= 100.0
+        return np.trunc(left, out=left)
 
     def normalize_score(self, scores: FloatArray) -> FloatArray:
         return min_max_normalize(scores)

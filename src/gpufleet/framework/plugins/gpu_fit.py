@@ -122,16 +122,17 @@ def default_devices(pod: PodSpec, view: View, node: int) -> tuple[int, ...]:
     c, u = view.cluster, view.usage
     if g.kind is GpuKind.MIG:
         return mig_devices(pod, view, node)
-    n = int(c.gpu_count[node])
-    ok = (c.gpu_whole_ok[node] & u.gpu_healthy[node]).tolist()
-    used = u.gpu_used_milli[node].tolist()
-    gmem = u.gpu_used_mem[node].tolist()
-    cap = c.gpu_mem[node].tolist()
+    whole_ok, cap, domain, numa = c.gpu_lists(node)
+    n = len(whole_ok)
+    healthy = u.gpu_healthy[node, :n].tolist()
+    used = u.gpu_used_milli[node, :n].tolist()
+    gmem = u.gpu_used_mem[node, :n].tolist()
+    ok = [whole_ok[j] and healthy[j] for j in range(n)]
     if g.kind is GpuKind.FRACTION:
         fits = [j for j in range(n) if ok[j] and GPU_MILLI - used[j] >= g.milli and cap[j] - gmem[j] >= g.mem_mib]
         return (min(fits, key=lambda j: (GPU_MILLI - used[j], j)),)
     free = [j for j in range(n) if ok[j] and used[j] == 0 and gmem[j] == 0]
-    return whole_devices(free, g.count, c.nvlink[node].tolist(), c.numa[node].tolist())
+    return whole_devices(free, g.count, domain, numa)
 
 
 def whole_devices(free: list[int], k: int, domain: list[int], numa: list[int]) -> tuple[int, ...]:
