@@ -308,14 +308,9 @@ class Usage:
         self.free_cpu[i] -= sign * p.cpu_milli
         self.free_mem[i] -= sign * p.mem_mib
         self.free_pods[i] -= sign
-        if len(p.gpus) > 2:  # one indexed update beats a loop of scalar ones from here on
-            gpus = list(p.gpus)
-            self.gpu_used_milli[i, gpus] += sign * p.milli
-            self.gpu_used_mem[i, gpus] += sign * p.gpu_mem_mib
-        else:
-            for j in p.gpus:
-                self.gpu_used_milli[i, j] += sign * p.milli
-                self.gpu_used_mem[i, j] += sign * p.gpu_mem_mib
+        for j in p.gpus:
+            self.gpu_used_milli[i, j] += sign * p.milli
+            self.gpu_used_mem[i, j] += sign * p.gpu_mem_mib
         start = int(self.cluster.slice_start[i])
         for s in p.mig_slices:
             self.slice_used[start + s] = sign > 0
