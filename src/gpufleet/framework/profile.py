@@ -113,7 +113,8 @@ def build_profile(settings: ProfileSettings, context: BuildContext = BuildContex
                    tuple(isinstance(p, NormalizeScorePlugin) for p, _ in scores),
                    settings.queueing,
                    tuple(isinstance(p, UniformScorePlugin) for p, _ in scores),
-                   tuple(getattr(p, KEEPS_FIRST_MAX, False) is True for p, _ in scores))
+                   tuple(isinstance(p, NormalizeScorePlugin) and getattr(p, KEEPS_FIRST_MAX, False) is True
+                         for p, _ in scores))
 
 
 # -- YAML -------------------------------------------------------------------------------------

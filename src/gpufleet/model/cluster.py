@@ -99,25 +99,26 @@ class Cluster:
         self._gpu_lists: dict[int, GpuLists] = {}
 
     def gpu_lists(self, i: int) -> GpuLists:
-        """Node i's static per-GPU attributes as Python lists, for the per-node loops of
+        """Node i's static per-GPU attributes as Python tuples, for the per-node loops of
         placement (`Usage.refresh_row`, device choice): whether each GPU takes whole-GPU or
         fractional work (not MIG), its memory, its NVLink domain id and its NUMA node.
         Built on first use and kept (the cluster never changes)."""
         found = self._gpu_lists.get(i)
         if found is None:
             n = int(self.gpu_count[i])
-            found = self._gpu_lists[i] = GpuLists(self.gpu_whole_ok[i, :n].tolist(), self.gpu_mem[i, :n].tolist(),
-                                                  self.nvlink[i, :n].tolist(), self.numa[i, :n].tolist())
+            found = self._gpu_lists[i] = GpuLists(tuple(self.gpu_whole_ok[i, :n].tolist()),
+                                                  tuple(self.gpu_mem[i, :n].tolist()),
+                                                  tuple(self.nvlink[i, :n].tolist()), tuple(self.numa[i, :n].tolist()))
         return found
 
 
 class GpuLists(NamedTuple):
     """One node's static per-GPU attributes (see `Cluster.gpu_lists`)."""
 
-    whole_ok: list[bool]
-    mem: list[int]
-    nvlink: list[int]
-    numa: list[int]
+    whole_ok: tuple[bool, ...]
+    mem: tuple[int, ...]
+    nvlink: tuple[int, ...]
+    numa: tuple[int, ...]
 
 
 GPU_CLASSES = 6

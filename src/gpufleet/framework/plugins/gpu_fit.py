@@ -10,6 +10,8 @@ Unhealthy devices are never counted. MIG-enabled GPUs serve only MIG requests.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from gpufleet.framework.cycle_state import CycleState
@@ -135,7 +137,7 @@ def default_devices(pod: PodSpec, view: View, node: int) -> tuple[int, ...]:
     return whole_devices(free, g.count, domain, numa)
 
 
-def whole_devices(free: list[int], k: int, domain: list[int], numa: list[int]) -> tuple[int, ...]:
+def whole_devices(free: list[int], k: int, domain: Sequence[int], numa: Sequence[int]) -> tuple[int, ...]:
     """k of the free devices: inside the NVLink domain (else NUMA node) with the fewest free
     devices that still holds k, so bigger free domains stay whole; else the lowest indices."""
     if len(free) == k:
