@@ -50,6 +50,7 @@ class EventRecorder:
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(capacity)
         self.dropped = 0
         self.sent = 0
+        self._closing = False
         self._threads = [threading.Thread(target=self._run, name=f"events-{i}", daemon=True) for i in range(workers)]
         for t in self._threads:
             t.start()
@@ -81,14 +82,33 @@ class EventRecorder:
                 self.sent += 1
             except KubeError:
                 pass  # the Retrier logged it once per kind
+            except RuntimeError:
+                # httpx's "client has been closed": a send that outlived close() lost its
+                # client at shutdown. The event is dropped; anything else is a bug.
+                if not self._closing:
+                    raise
+                self.dropped += 1
+                return
 
     def close(self, timeout_s: float = 2.0) -> None:
-        """Send what is queued (up to `timeout_s`), then stop the workers."""
+        """Send what is queued (up to `timeout_s`), drop the rest (counted in `dropped`), then
+        stop the workers and wait for them (up to another `timeout_s`), so that none is left
+        sending when the caller closes the client."""
         deadline = time.monotonic() + timeout_s
         while not self._queue.empty() and time.monotonic() < deadline:
             time.sleep(0.02)
+        self._closing = True
+        while True:
+            try:
+                if self._queue.get_nowait() is not None:
+                    self.dropped += 1
+            except queue.Empty:
+                break
         for _ in self._threads:
             try:
                 self._queue.put_nowait(None)
-            except queue.Full:
+            except queue.Full:  # a capacity below the worker count: the rest are daemon threads
                 break
+        stop_by = time.monotonic() + timeout_s
+        for t in self._threads:
+            t.join(max(stop_by - time.monotonic(), 0.0))

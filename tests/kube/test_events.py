@@ -1,0 +1,90 @@
+"""EventRecorder shutdown: what is queued is sent or counted as dropped, and a send that
+outlives `close()` and loses its client does not kill its thread with a traceback."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Iterator
+
+import pytest
+
+from gpufleet.kube.events import EventRecorder
+from gpufleet.kube.retry import Retrier, RetryPolicy
+
+POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}}
+
+
+class ClosingRest:
+    """A client whose `post` waits for `release` and fails like httpx once `closed` is set."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.closed = False
+        self.posts = 0
+
+    def post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.release.wait(5)
+        if self.closed:
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
+        self.posts += 1
+        return {}
+
+
+@pytest.fixture
+def thread_errors() -> Iterator[list[BaseException]]:
+    seen: list[BaseException] = []
+    old = threading.excepthook
+    threading.excepthook = lambda args: seen.append(args.exc_value)  # type: ignore[assignment,misc]
+    try:
+        yield seen
+    finally:
+        threading.excepthook = old
+
+
+def recorder(rest: ClosingRest) -> EventRecorder:
+    retrier = Retrier(RetryPolicy(attempts=1, first_delay_s=0.0, budget_s=1.0), logging.getLogger("t"),
+                      sleep=lambda s: None)
+    return EventRecorder(rest, retrier, "me", workers=2)  # type: ignore[arg-type]
+
+
+def test_close_drops_what_it_cannot_send_and_a_send_that_outlives_it_ends_quietly(
+        thread_errors: list[BaseException]) -> None:
+    rest = ClosingRest()
+    events = recorder(rest)
+    for i in range(20):
+        assert events.record(POD, reason="Scheduled", note=f"n{i}")
+    events.close(timeout_s=0.05)  # both workers are stuck in a send: 18 queued events are dropped
+    assert events.dropped == 18
+    rest.closed = True  # the caller closes its client, as the scheduler does right after
+    rest.release.set()
+    for t in events._threads:
+        t.join(2)
+        assert not t.is_alive()
+    assert thread_errors == []
+    assert (events.sent, events.dropped) == (0, 20)
+
+
+def test_close_sends_what_is_queued_when_there_is_time() -> None:
+    rest = ClosingRest()
+    rest.release.set()
+    events = recorder(rest)
+    for i in range(20):
+        events.record(POD, reason="Scheduled", note=f"n{i}")
+    events.close(timeout_s=2.0)
+    assert (events.sent, events.dropped, rest.posts) == (20, 0, 20)
+    assert not any(t.is_alive() for t in events._threads)
+
+
+def test_a_closed_client_before_close_is_still_a_bug(thread_errors: list[BaseException]) -> None:
+    rest = ClosingRest()
+    rest.closed = True
+    rest.release.set()
+    events = recorder(rest)
+    events.record(POD, reason="Scheduled", note="n")
+    deadline = time.monotonic() + 2
+    while not thread_errors and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [type(e) for e in thread_errors] == [RuntimeError]
+    events.close(timeout_s=0.1)
