@@ -11,13 +11,12 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from gpufleet.cli import autoscale_cmd, faults_cmd, queues_cmd
 from gpufleet.cli.main import UsageError, finite_float, names, output_dir, output_file, positive_int, random_seed
-from dataclasses import replace
-
 from gpufleet.sim import compare, compare_time, queue_report, report
 from gpufleet.framework.profile import load_profiles
 from gpufleet.model import read_text
@@ -28,6 +27,10 @@ from gpufleet.sim.workload import Workload
 
 FGD_MAX_PODS = 1001
 """The FGD simulator's per-node pod limit (so CPU and GPU, not pod count, bind)."""
+TIME_TASKS = 10_000
+"""Time mode, built-in default: tasks replayed unless `--tasks` says otherwise."""
+TIME_LOAD = 2.0
+"""Time mode, built-in default: nominal offered GPU load unless `--load` says otherwise."""
 
 
 def add_parser(sub: Any) -> None:
@@ -87,8 +90,8 @@ def _workload_args(p: argparse.ArgumentParser, *, time_mode: bool = True) -> Non
                         "loaded trace; default: 1)")
     p.add_argument("--load", type=finite_float,
                    help="time mode, built-in default: nominal offered GPU load (heavy-tailed durations "
-                        "make the realised load lower; default: 2)")
-    p.add_argument("--tasks", type=int, help="time mode, built-in default: number of tasks (default: 10000)")
+                        f"make the realised load lower; default: {TIME_LOAD:g})")
+    p.add_argument("--tasks", type=int, help=f"time mode, built-in default: number of tasks (default: {TIME_TASKS})")
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -147,7 +150,7 @@ def _time_scale(args: argparse.Namespace) -> float:
 
 def time_workload(args: argparse.Namespace) -> compare_time.WorkloadFor:
     """A seed -> workload function for time mode (the built-in default varies with the seed)."""
-    check_flags(args)
+    check_flags(args)  # load_workload checks again for traces; the built-in default needs it here
     time_scale = _time_scale(args)
     if time_scale <= 0:
         raise UsageError(f"--time-scale must be positive, got {time_scale}")
@@ -157,8 +160,8 @@ def time_workload(args: argparse.Namespace) -> compare_time.WorkloadFor:
         base = philly.load(trace_dir(args.trace_dir)) if args.philly else load_workload(args)
         scaled = replace(base, jobs=tuple(replace(j, arrival_s=j.arrival_s / time_scale) for j in base.jobs))
         return lambda _seed: scaled
-    tasks: int = 10_000 if args.tasks is None else args.tasks
-    load: float = 2.0 if args.load is None else args.load
+    tasks: int = TIME_TASKS if args.tasks is None else args.tasks
+    load: float = TIME_LOAD if args.load is None else args.load
     if tasks < 1 or load <= 0:
         raise UsageError("--tasks and --load must be positive")
     scale = _scale(args)
