@@ -87,6 +87,15 @@ def test_the_underutilized_planner_may_move_pods_and_still_finishes_every_job() 
     assert r.summary["gpu_hours_paid"] >= r.summary["gpu_hours_allocated"]
 
 
+def test_a_run_without_an_autoscaler_curve_writes_no_empty_tradeoff_plot(tmp_path: Path) -> None:
+    exp = run_experiment(POOL, seeds=[0], arms=["gpufleet-underutilized"], curve=(),
+                         diurnal=DiurnalSettings(jobs_per_day=20, gang_share=1.0), workers=1)
+    assert not any(exp.curve_rows().values())
+    paths = autoscale_report.write_plots(exp, tmp_path)
+    assert [p.name for p in paths] == ["autoscale-fleet.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["autoscale-fleet.png"]
+
+
 def test_unknown_arms_are_refused() -> None:
     with pytest.raises(ModelError, match="unknown arm 'cluster-autoscaler'"):
         run_experiment(POOL, seeds=[0], arms=["cluster-autoscaler"], diurnal=TINY)

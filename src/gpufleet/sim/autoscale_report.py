@@ -96,8 +96,11 @@ def tradeoff_png(exp: Experiment, path: Path) -> None:
 
 
 def write_plots(exp: Experiment, out: Path) -> list[Path]:
+    """The fleet plot, and the trade-off plot when the run has a curve (`--curve none` has none)."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "autoscale-fleet.png", out / "autoscale-tradeoff.png"]
+    paths = [out / "autoscale-fleet.png"]
     fleet_png(exp, paths[0])
-    tradeoff_png(exp, paths[1])
+    if any(exp.curve_rows().values()):
+        paths.append(out / "autoscale-tradeoff.png")
+        tradeoff_png(exp, paths[1])
     return paths
