@@ -9,9 +9,10 @@ templates cover four GPU models with 1/2/4/8 GPUs, three MIG layouts and one CPU
 (`check=False`), and as it was before the check's savings and its repair rule
 (`autoscale.check`, `Packer.close_all(prefer=...)`), the baseline: every check a full
 queue-aware `schedule()` of all leftover pods on the whole cluster, every removal candidate
-scheduled, repairs on the cheapest template. `before()` switches those off in place, so the
-same code runs both. One more run with only the savings off must give the same plan as the
-default (the savings are exact); the bench says whether it did.
+scheduled, repairs on the cheapest template, two repair rounds of two copies (today one of
+three). `before()` switches those off in place, so the same code runs both. One more run
+with only the savings off must give the same plan as the default (the savings are exact);
+the bench says whether it did.
 
 Beside `plan()` it runs the Karpenter-like provisioner of the simulator
 (`gpufleet.sim.provisioners.karpenter_batch`) on the same pods: pod by pod, a fraction or a MIG
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import json
 import platform
 import random
@@ -48,6 +50,9 @@ from gpufleet.framework.profile import Profile, build_profile  # noqa: E402
 from gpufleet.framework.profiles import builtin  # noqa: E402
 from gpufleet.model import ClusterSnapshot, GpuKind, NodeName, PodSpec, mig_slices  # noqa: E402
 from gpufleet.sim.provisioners import karpenter_batch  # noqa: E402
+
+planning = importlib.import_module("gpufleet.autoscale.plan")
+"""The module (the package's `plan` is the function)."""
 
 GIB = 1024
 # (model, GPU memory GiB, price per GPU-hour)
@@ -114,7 +119,7 @@ def counting() -> Iterator[type[CountingCheck]]:
 def before(*, repair: bool = True) -> Iterator[None]:
     """The planner as before the check's savings: queue-aware `schedule()` everywhere, every
     check in full on the whole cluster, every removal candidate scheduled; with `repair`, also
-    the repair rule of before (new nodes on the cheapest template a pod fits)."""
+    the repairs of before (new nodes on the cheapest template a pod fits, two rounds of two copies)."""
     def same_profile(profile: Profile, pods: object, now: float) -> Profile:
         return profile
 
@@ -124,6 +129,8 @@ def before(*, repair: bool = True) -> Iterator[None]:
         stack.enter_context(patched(Remover, "_each_fits_somewhere", lambda self, trial, specs: True))
         if repair:
             stack.enter_context(patched(checking, "reached", lambda outcome: None))
+            stack.enter_context(patched(planning, "CHECK_ROUNDS", 2))
+            stack.enter_context(patched(planning, "REPAIR_COPIES", 2))
         yield
 
 

@@ -33,10 +33,15 @@ from gpufleet.framework.profile import Profile, build_profile
 from gpufleet.framework.profiles import builtin
 from gpufleet.model import ClusterSnapshot, ModelError, NodeInfo, NodeName, PodSpec, PodUid
 
-CHECK_ROUNDS = 2
+CHECK_ROUNDS = 1
 """Extra packing rounds for planned pods the check did not bind."""
-REPAIR_COPIES = 2
-"""A repair round packs room for the pods the check left out this many times over."""
+REPAIR_COPIES = 3
+"""A repair round packs room for the pods the check left out this many times over.
+
+One round of three copies leaves about as many pods for the next plan as two rounds of two
+(800 against 798 over seven seeds of `bench/planner.py`) at a cost per hour within 1 %
+(lower on five of the seven), and redoes the check once instead of twice
+(docs/performance.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +161,8 @@ def _plan_adds(left: list[PodSpec], templates: Sequence[NodeTemplate], after: Cl
         if not missing or round_ == CHECK_ROUNDS:
             break
         # The scheduler packed differently from the search: what it left out goes onto fresh nodes.
-        # Capacity for them twice over: the scheduler's score ties and creation order let other
-        # pods take part of any new node too; nodes left empty are dropped below. New nodes go
+        # Capacity for them REPAIR_COPIES times over: the scheduler's score ties and creation order
+        # let other pods take part of any new node too; nodes left empty are dropped below. New nodes go
         # to the template the scheduler reached last among those a pod fits: a template whose
         # planned nodes it filled early hands a new node to the first pod after that which fits
         # (often not one left out), and the check must be redone from there.
