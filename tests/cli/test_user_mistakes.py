@@ -110,6 +110,8 @@ def test_a_profile_with_a_non_finite_number_is_refused(text: str, message: str, 
      "argument --rate-scale: expected a finite number, got 'inf'"),
     (["experiment", "autoscale", "--jobs-per-day", "inf"], "argument --jobs-per-day: expected a finite number"),
     (["experiment", "autoscale", "--curve", "60,nan"], "--curve values must be finite and non-negative"),
+    (["experiment", "autoscale", "--arms", "gpufleet-underutilized", "--curve", "0,300"],
+     "--curve draws the trade-off of the karpenter and gpufleet arms, and --arms gpufleet-underutilized has neither"),
     (["scheduler", "--config", "p.yaml", "--workers", "0"], "argument --workers: must be at least 1, got 0"),
     (["scheduler", "--config", "p.yaml", "--burst", "0"], "argument --burst: must be at least 1, got 0"),
     (["scheduler", "--config", "p.yaml", "--http-port", "99999"], "argument --http-port: a port is 0..65535, got 99999"),
@@ -173,3 +175,10 @@ def test_a_fixture_that_is_not_a_mapping_says_what_it_needs(tmp_path: Path,
     fixture.write_text("- a\n")
     _fails(["agent", "inventory", "--fake", str(fixture)], capsys,
            f"fixture {fixture}: expected a mapping with system, board and gpus")
+
+
+def test_our_errors_name_the_whole_command_as_argparse_does(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _fails(["experiment", "autoscale", "--arms", "gpufleet-underutilized", "--curve", "0"], capsys)
+    assert err.startswith("gpufleet experiment autoscale: error: --curve draws the trade-off"), err
+    err = _fails(["experiment", "autoscale", "--arms", "nope"], capsys)
+    assert err.startswith("gpufleet experiment autoscale: error: unknown arm nope"), err

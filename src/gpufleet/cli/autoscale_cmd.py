@@ -24,8 +24,9 @@ def add_experiment(exp_sub: Any) -> None:
     a.add_argument("--trace-dir", help="directory holding the traces (default: $GPUFLEET_TRACE_DIR)")
     a.add_argument("--seeds", type=int, default=3, help="number of seeds, 0 upwards (default: 3)")
     a.add_argument("--arms", default=",".join(ax.DEFAULT_ARMS), help=f"comma-separated, from: {', '.join(ax.ARMS)}")
-    a.add_argument("--curve", default=",".join(f"{v:g}" for v in ax.CONSOLIDATE_AFTER_S),
-                   help="consolidation delays (s) for the trade-off curve, comma-separated; 'none' to skip")
+    a.add_argument("--curve", help="consolidation delays (s) for the trade-off curve of the karpenter and "
+                                    "gpufleet arms, comma-separated; 'none' to skip (default: "
+                                    f"{','.join(f'{v:g}' for v in ax.CONSOLIDATE_AFTER_S)})")
     a.add_argument("--jobs-per-day", type=finite_float, default=DiurnalSettings().jobs_per_day,
                    help="expected jobs in the day (default: %(default)g)")
     a.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
@@ -55,7 +56,13 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds must be at least 1, got {args.seeds}")
     if not args.jobs_per_day > 0:
         raise UsageError(f"--jobs-per-day must be positive, got {args.jobs_per_day}")
-    curve = _numbers(args.curve)
+    if args.curve is None:
+        curve = [] if not any(a in arms for a in ax.CURVE_ARMS) else list(ax.CONSOLIDATE_AFTER_S)
+    else:
+        curve = _numbers(args.curve)
+        if curve and not any(a in arms for a in ax.CURVE_ARMS):
+            raise UsageError(f"--curve draws the trade-off of the {' and '.join(ax.CURVE_ARMS)} arms, and --arms "
+                             f"{','.join(arms)} has neither (leave --curve out, or add one of them)")
     if args.json is not None:
         output_file(args.json, "--json")  # now, not after the runs
     if args.out is not None:

@@ -109,12 +109,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _name_commands(parser: argparse.ArgumentParser) -> None:
+    """Give every (sub)command its full name (`gpufleet experiment autoscale`) as `args.prog`, so
+    our errors start the way argparse's own do for the same command."""
+    parser.set_defaults(prog=parser.prog)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _name_commands(child)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     return run(build_parser(), argv)
 
 
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     """Parse `argv` with `parser` and run the chosen command; user mistakes are one line, exit 2."""
+    _name_commands(parser)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -125,20 +136,24 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
     except FileNotFoundError as exc:
         # The trace readers raise with their own message; bare OS errors only carry a path.
         text = f"{exc.filename}: no such file" if exc.errno is not None and exc.filename else str(exc)
-        print(f"gpufleet {args.command}: error: {text}", file=sys.stderr)
+        print(f"{_prog(args)}: error: {text}", file=sys.stderr)
         return 2
     except OSError as exc:
         if not exc.filename:  # not about a file the user named (a socket, say): a bug to see in full
             raise
         # A folder where a file was expected, a file that cannot be read or written, ...
         reason = (exc.strerror or str(exc)).lower()
-        print(f"gpufleet {args.command}: error: {exc.filename}: {reason}", file=sys.stderr)
+        print(f"{_prog(args)}: error: {exc.filename}: {reason}", file=sys.stderr)
         return 2
     except (ModelError, ProfileError, UsageError) as exc:
-        print(f"gpufleet {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{_prog(args)}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _prog(args: argparse.Namespace) -> str:
+    return str(getattr(args, "prog", None) or f"gpufleet {args.command}")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from .harness import PROFILE
     (["scheduler", "--config", str(PROFILE), "--leader-elect", "--lease-duration", "5"],
      "leader election needs 0 < retry period < renew deadline < lease duration, got 2.0 / 10.0 / 5.0 s"),
     (["scheduler", "--config", str(PROFILE), "--kubeconfig", "/nope"], "kubeconfig /nope: no such file"),
-    (["snapshot", "replay", "/nope.json"], "gpufleet snapshot: error: /nope.json: no such file"),
+    (["snapshot", "replay", "/nope.json"], "gpufleet snapshot replay: error: /nope.json: no such file"),
 ], ids=["a missing profile", "lease settings out of order", "a missing kubeconfig", "a missing dump"])
 def test_mistakes_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
