@@ -96,7 +96,7 @@ def tradeoff_png(exp: Experiment, path: Path) -> None:
 
 
 def write_plots(exp: Experiment, out: Path) -> list[Path]:
-    """The fleet plot, and the trade-off plot when the run has a curve (`--curve none` has none)."""
+    """The fleet plot, and the trade-off plot when an arm that draws a curve (karpenter, gpufleet) ran."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "autoscale-fleet.png"]
     fleet_png(exp, paths[0])
