@@ -56,11 +56,12 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds must be at least 1, got {args.seeds}")
     if not args.jobs_per_day > 0:
         raise UsageError(f"--jobs-per-day must be positive, got {args.jobs_per_day}")
+    draws_curve = any(a in arms for a in ax.CURVE_ARMS)
     if args.curve is None:
-        curve = [] if not any(a in arms for a in ax.CURVE_ARMS) else list(ax.CONSOLIDATE_AFTER_S)
+        curve = list(ax.CONSOLIDATE_AFTER_S) if draws_curve else []
     else:
         curve = _numbers(args.curve)
-        if curve and not any(a in arms for a in ax.CURVE_ARMS):
+        if curve and not draws_curve:
             raise UsageError(f"--curve draws the trade-off of the {' and '.join(ax.CURVE_ARMS)} arms, and --arms "
                              f"{','.join(arms)} has neither (leave --curve out, or add one of them)")
     if args.json is not None:
