@@ -119,6 +119,17 @@ def test_unschedulable_pods_get_kube_style_messages(nodes: list[NodeInfo], runni
     assert result.unschedulable == {pod.uid: Status(Code.UNSCHEDULABLE, (message,), "")}
 
 
+def test_without_explanations_the_binds_are_the_same_and_the_reason_is_bare() -> None:
+    snap = _snap([make_node("a").gpus(1).build(), make_node("b").build()])
+    pods = [make_pod(f"p{i}").gpus(1).build() for i in range(2)]
+    profile = build_profile(ProfileSettings(scores=(ScoreRef("MostAllocated"),)))
+    full = schedule(snap, pods, profile, now=0.0, rng=random.Random(0))
+    bare = schedule(snap, pods, profile, now=0.0, rng=random.Random(0), explain=False)
+    assert bare.binds == full.binds and len(bare.binds) == 1
+    assert _why(full) == {"p1": ("0/2 nodes are available: 1 Insufficient GPU, 1 node(s) had no GPU.",)}
+    assert _why(bare) == {"p1": ("0/2 nodes are available.",)}
+
+
 def test_pods_with_the_same_constraints_fail_the_same_way() -> None:
     snap = _snap([make_node("a").gpus(1, model="T4").build()])
     pods = [make_pod(f"p{i}").gpus(1).models("A100-80GB").build() for i in range(3)]

@@ -49,9 +49,11 @@ def constraint_key(pod: PodSpec) -> tuple[object, ...]:
 
 
 class _Cycle:
-    def __init__(self, snapshot: ClusterSnapshot, profile: Profile, now: float, rng: random.Random) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, profile: Profile, now: float, rng: random.Random,
+                 explain: bool = True) -> None:
         self.snapshot = snapshot
         self.profile = profile
+        self.explain = explain
         self.view = _View(snapshot.cluster, snapshot.usage.copy())
         self.state = CycleState(rng, now)
         self.binds: list[Placement] = []
@@ -81,8 +83,9 @@ class _Cycle:
             return status
         nodes = self._feasible(pod)
         if len(nodes) == 0:
-            status = Status(Code.UNSCHEDULABLE,
-                            (explaining.explain(self.state, pod, self.view, self.profile.filters),), "")
+            why = (explaining.explain(self.state, pod, self.view, self.profile.filters) if self.explain
+                   else f"0/{self.view.cluster.n_nodes} nodes are available.")
+            status = Status(Code.UNSCHEDULABLE, (why,), "")
             self.failed[key] = (self.epoch, status)
             return status
         node = self._select(pod, nodes)
@@ -114,13 +117,20 @@ class _Cycle:
 
     def _feasible(self, pod: PodSpec) -> np.ndarray:
         mask = self.mask
+        owned = False  # whether `mask` is this call's own array (a plugin's or the queue layer's is never changed)
         for plugin in self.profile.filters:
             m = plugin.filter(self.state, pod, self.view)
-            if m is not None:
-                mask = m.copy() if mask is None else mask & m
+            if m is None:
+                continue
+            if mask is None:
+                mask = m
+            elif owned:
+                mask &= m
+            else:
+                mask, owned = mask & m, True
         if mask is None:
             return np.arange(self.view.cluster.n_nodes)
-        return np.flatnonzero(mask)
+        return mask.nonzero()[0]
 
     def _select(self, pod: PodSpec, nodes: np.ndarray) -> int:
         p = self.profile
@@ -135,7 +145,7 @@ class _Cycle:
             plugin, weight = p.scores[k]
             if (p.keeps_first_max[k] and weight > 0) or (not p.normalizing[k] and weight == 1):
                 # One scorer decides, and its first highest raw score is the sum's first highest.
-                return int(nodes[int(np.argmax(plugin.score(self.state, pod, self.view, nodes)))])
+                return int(nodes[int(plugin.score(self.state, pod, self.view, nodes).argmax())])
         total: np.ndarray | None = None
         for k in active:
             plugin, weight = p.scores[k]
@@ -147,7 +157,7 @@ class _Cycle:
             total = scores if total is None else total + scores
         if total is None:
             return int(nodes[0])
-        return int(nodes[int(np.argmax(total))])  # argmax returns the first: the lowest node name
+        return int(nodes[int(total.argmax())])  # argmax returns the first: the lowest node name
 
     def _placement(self, pod: PodSpec, node: int) -> Placement:
         g = pod.gpu
@@ -258,14 +268,18 @@ class _Cycle:
 
 
 def schedule(snapshot: ClusterSnapshot, pending: Sequence[PodSpec], profile: Profile, *,
-             now: float, rng: random.Random, queues: QueueContext | None = None) -> CycleResult:
+             now: float, rng: random.Random, queues: QueueContext | None = None, explain: bool = True) -> CycleResult:
     """Place as many `pending` pods as the profile allows; never mutates `snapshot`.
 
     Without queues and with the profile's default queueing (priority order, no preemption)
     this is kube-scheduler's loop; otherwise `core.queued` orders units across queues,
     enforces queue limits, holds nodes for starving units and preempts (see its docstring).
+
+    `explain=False` is for callers that use only the binds (the planner's what-if runs): an
+    unschedulable pod's reason is then the bare "0/N nodes are available." without the count
+    per filter reason, which takes each filter again over every node.
     """
-    cycle = _Cycle(snapshot, profile, now, rng)
+    cycle = _Cycle(snapshot, profile, now, rng, explain)
     if queues is None and profile.queueing == QueueingConfig():
         for unit in ordering.order(pending):
             cycle.run_unit(unit)

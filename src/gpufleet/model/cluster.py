@@ -210,35 +210,43 @@ class Usage:
         """Recompute node i's aggregates after its usage changed (O(GPUs on the node))."""
         ok, cap_mem, domain, numa = self.cluster.gpu_lists(i)
         n = len(ok)
-        ready = bool(self.node_ready[i])
-        healthy = self.gpu_healthy[i, :n].tolist()
-        used = self.gpu_used_milli[i, :n].tolist()
-        gmem = self.gpu_used_mem[i, :n].tolist()
         whole = best_milli = best_mem = whole_mem = total = usable = 0
-        per_domain: dict[int, int] = {}
-        per_numa: dict[int, int] = {}
-        for j in range(n):
-            if not (ready and ok[j] and healthy[j]):
-                continue
-            usable += 1
-            free = GPU_MILLI - used[j]
-            total += free
-            if free == GPU_MILLI and gmem[j] == 0:
-                whole += 1
-                whole_mem = max(whole_mem, cap_mem[j])
-                d = domain[j] if domain[j] >= 0 else -1 - j
-                per_domain[d] = per_domain.get(d, 0) + 1
-                per_numa[numa[j]] = per_numa.get(numa[j], 0) + 1
-            best_milli = max(best_milli, free)
-            best_mem = max(best_mem, cap_mem[j] - gmem[j])
+        most_in_domain = most_in_numa = 0
+        if self.node_ready[i]:
+            healthy = self.gpu_healthy[i, :n].tolist()
+            used = self.gpu_used_milli[i, :n].tolist()
+            gmem = self.gpu_used_mem[i, :n].tolist()
+            per_domain: dict[int, int] = {}
+            per_numa: dict[int, int] = {}
+            for j in range(n):
+                if not (ok[j] and healthy[j]):
+                    continue
+                usable += 1
+                free = GPU_MILLI - used[j]
+                total += free
+                if free > best_milli:
+                    best_milli = free
+                mem_free = cap_mem[j] - gmem[j]
+                if mem_free > best_mem:
+                    best_mem = mem_free
+                if free == GPU_MILLI and gmem[j] == 0:
+                    whole += 1
+                    if cap_mem[j] > whole_mem:
+                        whole_mem = cap_mem[j]
+                    d = domain[j] if domain[j] >= 0 else -1 - j
+                    per_domain[d] = per_domain.get(d, 0) + 1
+                    per_numa[numa[j]] = per_numa.get(numa[j], 0) + 1
+            if whole:
+                most_in_domain = max(per_domain.values())
+                most_in_numa = max(per_numa.values())
         self.free_whole[i] = whole
         self.max_free_milli[i] = best_milli
         self.max_free_gmem[i] = best_mem
         self.whole_gmem[i] = whole_mem
         self.free_milli_total[i] = total
         self.usable_gpus[i] = usable
-        self.max_free_domain[i] = max(per_domain.values(), default=0)
-        self.max_free_numa[i] = max(per_numa.values(), default=0)
+        self.max_free_domain[i] = most_in_domain
+        self.max_free_numa[i] = most_in_numa
         c = self.cluster
         if c.slice_end[i] > c.slice_start[i]:
             self._refresh_slices(i)

@@ -72,12 +72,13 @@ class NodeInfo:
         models = {g.model for g in self.gpus}
         if len(models) > 1:
             raise ModelError(where, f"GPUs of several models on one node: {sorted(models)}")
+        layouts: set[tuple[tuple[str, ...], str]] = set()  # MIG layouts checked (GPUs of a node often share one)
         for i, gpu in enumerate(self.gpus):
-            gwhere = f"{where}: gpus[{i}] ({gpu.uuid})"
             if gpu.mem_mib < 0:
-                raise ModelError(gwhere, f"mem_mib must be non-negative, got {gpu.mem_mib}")
-            if gpu.mig_slices:
-                mig.check_layout(gpu.mig_slices, gpu.model, gwhere)
+                raise ModelError(f"{where}: gpus[{i}] ({gpu.uuid})", f"mem_mib must be non-negative, got {gpu.mem_mib}")
+            if gpu.mig_slices and (gpu.mig_slices, gpu.model) not in layouts:
+                mig.check_layout(gpu.mig_slices, gpu.model, f"{where}: gpus[{i}] ({gpu.uuid})")
+                layouts.add((gpu.mig_slices, gpu.model))
         if len({g.uuid for g in self.gpus}) != len(self.gpus):
             raise ModelError(where, "duplicate GPU UUIDs")
 

@@ -31,8 +31,9 @@ def model_mask(state: CycleState, pod: PodSpec, view: View) -> BoolArray | None:
     mask: BoolArray | None = state.data.get(key)
     if mask is None:
         c = view.cluster
-        allowed = [i for i, m in enumerate(c.models) if m in pod.gpu_models]
-        mask = np.isin(c.model_id, np.array(allowed, dtype=np.int32))
+        allowed = np.zeros(len(c.models) + 1, dtype=np.bool_)  # by model id; the last entry is id -1 (no GPU)
+        allowed[[i for i, m in enumerate(c.models) if m in pod.gpu_models]] = True
+        mask = allowed[c.model_id]
         state.data[key] = mask
     return mask
 
@@ -63,7 +64,7 @@ class GpuFit:
                 mask &= u.max_free_gmem >= g.mem_mib
                 # A free GPU with that much memory takes any fraction; only the other nodes
                 # need the per-device check (the most free milli and memory may be on different GPUs).
-                idx = np.flatnonzero(mask & (u.whole_gmem < g.mem_mib))
+                idx = (mask & (u.whole_gmem < g.mem_mib)).nonzero()[0]
                 if len(idx):
                     mask[idx] = fraction_fits(view, pod, idx)
         else:
