@@ -10,6 +10,7 @@ unhealthy GPU), templates, pods and changes of the planned nodes.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,14 +22,21 @@ from gpufleet.autoscale.check import Check, Outcome, cycle_profile, node_local
 from gpufleet.core import faults
 from gpufleet.core.cycle import schedule
 from gpufleet.core.result import CycleResult
+from gpufleet.framework.cycle_state import CycleState
 from gpufleet.framework.profile import Profile, build_profile
 from gpufleet.framework.profiles import builtin
-from gpufleet.model import ClusterSnapshot, NodeInfo, NodeName, PodGroup, PodSpec
+from gpufleet.model import Cluster, ClusterSnapshot, NodeInfo, NodeName, Placement, PodGroup, PodSpec, Usage
 from gpufleet.testing import make_node, make_pod
 from template_strategies import GIB, MODELS, templates
 
 MIG_LAYOUTS = ((), ("1g.10gb",) * 7)
 PROFILE = build_profile(builtin("default"))
+
+
+@dataclass
+class View:
+    cluster: Cluster
+    usage: Usage
 
 
 def pod(draw: st.DrawFn, name: str, created: float) -> PodSpec:
@@ -220,3 +228,40 @@ def test_plan_is_the_same_with_every_check_in_full(data: st.DataObject) -> None:
         mp.setattr(checking, "node_local", lambda profile: False)
         slow = plan(pending, tpls, snap)
     assert _key(fast) == _key(slow)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_showing_one_empty_node_per_template_changes_no_decision_and_no_reason(data: st.DataObject) -> None:
+    after, _ = data.draw(current())
+    tpls = data.draw(templates(layouts=MIG_LAYOUTS, cpu_template=True))
+    left, groups = data.draw(pods("p", 16))
+    after = after.with_pod_groups(groups)
+    planned = [(NodeName(f"planned-{k:05d}"), data.draw(st.integers(0, min(2, len(tpls) - 1))))
+               for k in range(data.draw(st.integers(0, 10)))]
+    check = Check(after, left, tpls, PROFILE, 0.0)
+    snap = check.snapshot(planned)
+    hiding = check.checking_profile(snap, planned)
+    assert any(isinstance(f, checking.FreshFirst) for f in hiding.filters)
+    want = schedule(snap, left, check.profile, now=0.0, rng=random.Random(0))
+    assert schedule(snap, left, hiding, now=0.0, rng=random.Random(0)) == want  # reasons included
+
+
+def test_only_the_lowest_named_empty_node_of_a_template_passes_until_it_gets_a_pod() -> None:
+    tpls = [NodeTemplate("h1", 16_000, 64 * GIB, 1.0, gpu_model="H100-80GB", gpus=1, gpu_mem_mib=80 * GIB),
+            NodeTemplate("cpu", 16_000, 64 * GIB, 1.0)]
+    left = [make_pod("g0").cpu(1000).gpus(1).build()]
+    check = Check(ClusterSnapshot.build([]), left, tpls, PROFILE, 0.0)
+    planned = [(NodeName(f"planned-{k:05d}"), k % 2) for k in range(5)]  # h1: 0, 2, 4; cpu: 1, 3
+    snap = check.snapshot(planned)
+    fresh = next(f for f in check.checking_profile(snap, planned).filters if isinstance(f, checking.FreshFirst))
+    state = CycleState(random.Random(0), 0.0)
+    view = View(snap.cluster, snap.usage.copy())
+    assert fresh.filter(state, left[0], view).tolist() == [True, True, False, False, False]
+    placed = Placement(left[0].uid, NodeName("planned-00000"), 1000, 0, (0,), 1000, 80 * GIB)
+    view.usage.place(placed, 0)
+    fresh.reserve(state, left[0], view, 0)
+    assert fresh.filter(state, left[0], view).tolist() == [True, True, True, False, False]
+    view.usage.place(placed, 0, sign=-1)  # a gang rolled back: node 0 is empty again and passes instead of node 2
+    fresh.unreserve(state, left[0], view, 0)
+    assert fresh.filter(state, left[0], view).tolist() == [True, True, False, False, False]
