@@ -44,8 +44,8 @@ class _View:
 
 def constraint_key(pod: PodSpec) -> tuple[object, ...]:
     """Pods with equal keys are interchangeable for filtering (not for gangs or priority)."""
-    return (pod.cpu_milli, pod.mem_mib, pod.gpu, pod.gpu_models, tuple(sorted(pod.node_selector.items())),
-            pod.affinity, pod.tolerations)
+    selector = tuple(sorted(pod.node_selector.items())) if pod.node_selector else ()
+    return (pod.cpu_milli, pod.mem_mib, pod.gpu, pod.gpu_models, selector, pod.affinity, pod.tolerations)
 
 
 class _Cycle:

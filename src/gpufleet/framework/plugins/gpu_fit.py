@@ -130,19 +130,22 @@ def default_devices(pod: PodSpec, view: View, node: int) -> tuple[int, ...]:
     healthy = u.gpu_healthy[node, :n].tolist()
     used = u.gpu_used_milli[node, :n].tolist()
     gmem = u.gpu_used_mem[node, :n].tolist()
-    ok = [whole_ok[j] and healthy[j] for j in range(n)]
     if g.kind is GpuKind.FRACTION:
-        fits = [j for j in range(n) if ok[j] and GPU_MILLI - used[j] >= g.milli and cap[j] - gmem[j] >= g.mem_mib]
-        return (min(fits, key=lambda j: (GPU_MILLI - used[j], j)),)
-    free = [j for j in range(n) if ok[j] and used[j] == 0 and gmem[j] == 0]
+        best, least = -1, GPU_MILLI + 1  # least free milli left over; ties to the lowest index
+        for j in range(n):
+            if whole_ok[j] and healthy[j] and used[j] + g.milli <= GPU_MILLI and cap[j] - gmem[j] >= g.mem_mib:
+                if GPU_MILLI - used[j] < least:
+                    best, least = j, GPU_MILLI - used[j]
+        return (best,)
+    free = [j for j in range(n) if whole_ok[j] and healthy[j] and used[j] == 0 and gmem[j] == 0]
     return whole_devices(free, g.count, domain, numa)
 
 
 def whole_devices(free: list[int], k: int, domain: Sequence[int], numa: Sequence[int]) -> tuple[int, ...]:
     """k of the free devices: inside the NVLink domain (else NUMA node) with the fewest free
     devices that still holds k, so bigger free domains stay whole; else the lowest indices."""
-    if len(free) == k:
-        return tuple(free)
+    if len(free) == k or (len(free) > k and domain[0] >= 0 and domain.count(domain[0]) == len(domain)):
+        return tuple(free[:k])  # all free, or one NVLink domain holds every GPU of the node
     for groups in (domain, numa):
         by: dict[int, list[int]] = {}
         for j in free:

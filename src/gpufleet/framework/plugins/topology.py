@@ -67,7 +67,9 @@ class Topology:
                                   np.where(u.max_free_numa[nodes] >= g.count, 50.0, 0.0)))
         gang: _Gang | None = state.data.get((NAME, pod.pod_group)) if pod.pod_group else None
         if gang is not None and gang.nodes:
-            chosen = np.isin(nodes, np.fromiter(gang.nodes, dtype=np.int64))
+            on_chosen = np.zeros(view.cluster.n_nodes, dtype=np.bool_)
+            on_chosen[list(gang.nodes)] = True
+            chosen = on_chosen[nodes]
             same_rack = (self.racks(view.cluster)[nodes] == gang.rack) & (gang.rack >= 0)
             parts.append(np.where(chosen, 100.0, np.where(same_rack, 50.0, 0.0)))
         if not parts:
