@@ -42,8 +42,8 @@ random numbers and normalise (if at all) by min-max: the in-tree filters, `BestF
 `PreferUsedNodes` and `RecentFaults`. With any other plugin (FGD's scorers, `Random`, an
 out-of-tree one) or with pre-filter or permit plugins every check is a full `schedule()`.
 
-What differs from a full run is only text: an unschedulable pod's "0/N nodes are available"
-counts the nodes of the run that decided it.
+Checks do not explain why a pod is unschedulable (`schedule(explain=False)`): the plan
+reads only who was bound where.
 """
 
 from __future__ import annotations
@@ -341,7 +341,8 @@ class Check:
 
     def _schedule(self, snap: ClusterSnapshot, pods: Sequence[PodSpec],
                   planned: Sequence[tuple[NodeName, int]]) -> CycleResult:
-        return schedule(snap, pods, self.checking_profile(snap, planned), now=self.now, rng=random.Random(0))
+        return schedule(snap, pods, self.checking_profile(snap, planned), now=self.now, rng=random.Random(0),
+                        explain=False)
 
     def _outcome(self, planned: Sequence[tuple[NodeName, int]], result: CycleResult, runs: int,
                  scheduled: int) -> Outcome:

@@ -44,6 +44,11 @@ One round of three copies leaves about as many pods for the next plan as two rou
 (docs/performance.md)."""
 
 
+GAVE_ROOM_AWAY = ("planned, but in the check the scheduler gave its room to other pods (it places pods in "
+                  "priority and creation order); the next plan adds room for it")
+"""Why a pod the search packed is unplaceable all the same."""
+
+
 @dataclass(frozen=True, slots=True)
 class NodeAdd:
     """`count` new nodes of `template`; `pods[k]` are the pending pods meant for the k-th
@@ -229,11 +234,5 @@ def _report(left: Sequence[PodSpec], planned: Sequence[tuple[NodeName, int]], te
     for pod in left:
         if pod.uid in bound:
             continue
-        why = packed_out.get(pod.uid)
-        if why is None:
-            status = result.unschedulable.get(pod.uid)
-            detail = "; ".join(status.reasons) if status else "not placed"
-            why = ("planned, but in the check the scheduler gave its room to other pods (it places pods in "
-                   f"priority and creation order); the next plan adds room for it: {detail}")
-        unplaceable[pod.uid] = why
+        unplaceable[pod.uid] = packed_out.get(pod.uid, GAVE_ROOM_AWAY)
     return adds, unplaceable, also_now
