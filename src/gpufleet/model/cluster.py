@@ -132,7 +132,10 @@ def gpu_class(p: Placement) -> int:
         return -1
     if p.milli < GPU_MILLI:
         return 0
-    return {1: 1, 2: 2, 4: 3, 8: 4}.get(len(p.gpus), 5)
+    return _WHOLE_CLASS.get(len(p.gpus), 5)
+
+
+_WHOLE_CLASS = {1: 1, 2: 2, 4: 3, 8: 4}
 
 
 _next_stamp = [1]
@@ -320,9 +323,10 @@ class Usage:
         for j in p.gpus:
             self.gpu_used_milli[i, j] += sign * p.milli
             self.gpu_used_mem[i, j] += sign * p.gpu_mem_mib
-        start = int(self.cluster.slice_start[i])
-        for s in p.mig_slices:
-            self.slice_used[start + s] = sign > 0
+        if p.mig_slices:
+            start = int(self.cluster.slice_start[i])
+            for s in p.mig_slices:
+                self.slice_used[start + s] = sign > 0
         k = gpu_class(p)
         if k >= 0:
             self.class_pods[i, k] += sign
