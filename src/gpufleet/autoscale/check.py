@@ -356,7 +356,7 @@ class Check:
     # -- checks ---------------------------------------------------------------------------
     def run(self, planned: Sequence[tuple[NodeName, int]]) -> Outcome:
         """`schedule()` of every leftover pod on the kept current nodes plus `planned`."""
-        result = self._schedule(self.snapshot(planned), self.left, planned)
+        result = self._schedule(self.snapshot(planned), self.order, planned)  # the same pods, sorted already
         return self._outcome(planned, result, 1, len(self.left))
 
     def rerun(self, old: Outcome, planned: Sequence[tuple[NodeName, int]]) -> Outcome:
