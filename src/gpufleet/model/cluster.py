@@ -126,6 +126,10 @@ GPU_CLASSES = 6
 0 = fraction of one GPU, 1/2/3/4 = 1/2/4/8 whole GPUs, 5 = any other whole-GPU count."""
 
 
+_WHOLE_CLASS = {1: 1, 2: 2, 4: 3, 8: 4}
+"""GPU class by the number of whole GPUs (5 for any other count)."""
+
+
 def gpu_class(p: Placement) -> int:
     """The GPU class of a placement (see GPU_CLASSES); -1 for pods without GPUs or with MIG."""
     if not p.gpus:
@@ -133,9 +137,6 @@ def gpu_class(p: Placement) -> int:
     if p.milli < GPU_MILLI:
         return 0
     return _WHOLE_CLASS.get(len(p.gpus), 5)
-
-
-_WHOLE_CLASS = {1: 1, 2: 2, 4: 3, 8: 4}
 
 
 _next_stamp = [1]

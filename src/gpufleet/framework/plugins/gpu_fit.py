@@ -133,9 +133,9 @@ def default_devices(pod: PodSpec, view: View, node: int) -> tuple[int, ...]:
     if g.kind is GpuKind.FRACTION:
         best, least = -1, GPU_MILLI + 1  # least free milli left over; ties to the lowest index
         for j in range(n):
-            if whole_ok[j] and healthy[j] and used[j] + g.milli <= GPU_MILLI and cap[j] - gmem[j] >= g.mem_mib:
-                if GPU_MILLI - used[j] < least:
-                    best, least = j, GPU_MILLI - used[j]
+            free = GPU_MILLI - used[j]
+            if g.milli <= free < least and whole_ok[j] and healthy[j] and cap[j] - gmem[j] >= g.mem_mib:
+                best, least = j, free
         return (best,)
     free = [j for j in range(n) if whole_ok[j] and healthy[j] and used[j] == 0 and gmem[j] == 0]
     return whole_devices(free, g.count, domain, numa)
