@@ -78,3 +78,19 @@ def test_an_idle_node_that_pending_pods_will_use_is_not_removed() -> None:
     snap = ClusterSnapshot.build([node("a"), node("b")], [run("w", "b", tuple(range(8)), cpu=6_000)])
     result = plan([make_pod("p").cpu(1000).gpus(4).build()], TEMPLATES, snap)
     assert result.fits_now == ("default/p",) and result.remove == () and result.add == ()
+
+
+def test_a_removal_trial_sees_the_moving_pods_released_and_leaves_the_working_snapshot_alone() -> None:
+    from gpufleet.autoscale.removal import RemovalSettings, Remover
+    from gpufleet.framework.profile import build_profile
+    from gpufleet.framework.profiles import builtin
+    running = [run("g0", "a", (0, 1), group="default/g"), run("g1", "b", (0, 1), group="default/g"), run("x", "b", (2,))]
+    snap = ClusterSnapshot.build([node("a"), node("b")], running, [PodGroup("g", 2)])
+    remover = Remover(snap, TEMPLATES, build_profile(builtin("default")), {}, RemovalSettings(), 0.0)
+    trial = remover._released(running[:2])
+    assert list(trial.placements) == ["default/x"] and len(trial.placements) == 1
+    assert "default/g0" not in trial.placements and trial.placements["default/x"] == running[2]
+    with pytest.raises(KeyError):
+        trial.placements["default/g1"]
+    assert trial.usage.free_whole.tolist() == [8, 7] and snap.usage.free_whole.tolist() == [6, 5]
+    assert len(snap.placements) == 3

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from gpufleet.autoscale import check as checking
 from gpufleet.autoscale.template import TEMPLATE_LABEL, NodeTemplate
@@ -127,7 +127,7 @@ class Remover:
     def try_remove(self, i: int) -> bool:
         moving = self._moving(self.work.cluster.names[i])
         specs = [self.specs.get(p.pod) or spec_of(p, self.work) for p in moving]
-        trial = self._closed(self.work.apply(releases=[p.pod for p in moving]), i)
+        trial = self._closed(self._released(moving), i)
         if not self._each_fits_somewhere(trial, specs):
             return False
         profile = checking.cycle_profile(self.profile, specs, self.now)
@@ -135,10 +135,19 @@ class Remover:
         if len(result.binds) < len(specs):
             return False
         self.removed.append(i)
-        self.work = self._closed(trial.apply(binds=result.binds), i)
+        self.work = self._closed(self.work.apply(binds=result.binds, releases=[p.pod for p in moving]), i)
         moved = {p.pod: p for p in result.binds}
         self._reindex(moved)
         return True
+
+    def _released(self, moving: Sequence[Placement]) -> ClusterSnapshot:
+        """The working snapshot with `moving` released. Most trials fail, so the running pods
+        are a view of the working snapshot's, not a copy of every placement (`work.apply`)."""
+        usage = self.work.usage.copy()
+        index = self.work.cluster.index
+        usage.place_all(((p, index[p.node]) for p in moving), sign=-1)
+        placements = _Without(self.work.placements, frozenset(p.pod for p in moving))
+        return ClusterSnapshot(self.work.cluster, usage, placements, self.work.pod_groups)
 
     def _each_fits_somewhere(self, trial: ClusterSnapshot, specs: Sequence[PodSpec]) -> bool:
         """Whether every moving pod passes the filters on some node of `trial` before any is
@@ -160,6 +169,25 @@ class Remover:
         self.on_node = on_node
         for group, members in self.members.items():
             self.members[group] = [moved.get(m.pod, m) for m in members]
+
+
+class _Without(Mapping[PodUid, Placement]):
+    """`base` without the pods in `gone` (all of which it holds), read-only."""
+
+    def __init__(self, base: Mapping[PodUid, Placement], gone: frozenset[PodUid]) -> None:
+        self.base = base
+        self.gone = gone
+
+    def __getitem__(self, uid: PodUid) -> Placement:
+        if uid in self.gone:
+            raise KeyError(uid)
+        return self.base[uid]
+
+    def __iter__(self) -> Iterator[PodUid]:
+        return (uid for uid in self.base if uid not in self.gone)
+
+    def __len__(self) -> int:
+        return len(self.base) - len(self.gone)
 
 
 def removals(snapshot: ClusterSnapshot, templates: Sequence[NodeTemplate], profile: Profile, *,

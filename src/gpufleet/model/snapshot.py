@@ -11,6 +11,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from gpufleet.model.cluster import Cluster, Usage
 from gpufleet.model.errors import ModelError
 from gpufleet.model.node import NodeInfo, NodeName
@@ -106,17 +108,26 @@ class ClusterSnapshot:
 
 def _step(cluster: Cluster, usage: Usage, placements: dict[PodUid, Placement],
           binds: Iterable[Placement], releases: Iterable[PodUid]) -> None:
-    """Apply releases, then binds, to `usage` and `placements` in place."""
-    for uid in releases:
-        p = placements.pop(uid, None)
-        if p is None:
-            raise ModelError(f"release of pod {uid}", "pod is not running in this snapshot")
-        usage.place(p, cluster.index[p.node], sign=-1)
-    for p in binds:
-        if p.pod in placements:
-            raise ModelError(f"bind of pod {p.pod}", f"pod already runs on {placements[p.pod].node}")
-        usage.place(p, cluster.index[p.node])
-        placements[p.pod] = p
+    """Apply releases, then binds, to `usage` and `placements` in place (each node's
+    aggregates are recomputed once, at the end, also when a bad release or bind stops it)."""
+    touched: set[int] = set()
+    try:
+        for uid in releases:
+            p = placements.pop(uid, None)
+            if p is None:
+                raise ModelError(f"release of pod {uid}", "pod is not running in this snapshot")
+            i = cluster.index[p.node]
+            usage.place(p, i, sign=-1, refresh=False)
+            touched.add(i)
+        for p in binds:
+            if p.pod in placements:
+                raise ModelError(f"bind of pod {p.pod}", f"pod already runs on {placements[p.pod].node}")
+            i = cluster.index[p.node]
+            usage.place(p, i, refresh=False)
+            touched.add(i)
+            placements[p.pod] = p
+    finally:
+        usage.refresh_rows(np.array(sorted(touched), dtype=np.int64))
 
 
 def _check_placement(cluster: Cluster, usage: Usage, p: Placement,
