@@ -238,6 +238,7 @@ class Check:
         self.incremental = (incremental and node_local(self.profile)
                             and self.profile.queueing == QueueingConfig())
         self._infos: dict[tuple[NodeName, int], NodeInfo] = {}
+        self._prototypes: dict[int, NodeInfo] = {}
         units = ordering.order(self.left)
         self.order: list[PodSpec] = [p for u in units for p in u]
         self.pos: dict[PodUid, int] = {p.uid: i for i, p in enumerate(self.order)}
@@ -300,9 +301,16 @@ class Check:
         return found
 
     def _node(self, name: NodeName, t: int) -> NodeInfo:
+        """Planned node `name` of template t. The check's nodes of one template share one
+        tuple of GPUs (whose UUIDs nothing in a check reads): building eight GPUs per node
+        was most of the cost of a planned node (`Plan.nodes()` builds each node whole)."""
         info = self._infos.get((name, t))
         if info is None:
-            info = self._infos[(name, t)] = self.templates[t].node_info(name)
+            like = self._prototypes.get(t)
+            if like is None:
+                like = self._prototypes[t] = self.templates[t].node_info(f"{self.templates[t].name}-{t}")
+            info = self._infos[(name, t)] = NodeInfo(name, like.cpu_milli, like.mem_mib, like.max_pods, like.labels,
+                                                     like.taints, like.gpus)
         return info
 
     def snapshot(self, planned: Sequence[tuple[NodeName, int]], binds: Sequence[Placement] = ()) -> ClusterSnapshot:
