@@ -77,3 +77,20 @@ def test_a_new_usage_has_the_aggregates_of_refresh_row() -> None:
     for name in AGGREGATES:
         assert np.array_equal(getattr(fresh, name), getattr(expected, name)), name
     assert fresh.free_whole.tolist() == [sum((i + j) % 5 != 0 for j in range(i % 9)) for i in range(len(nodes))]
+
+
+@settings(max_examples=40, deadline=None)
+@given(usages(), st.data())
+def test_placing_a_pod_without_gpus_keeps_the_gpu_aggregates_and_restamps_the_node(usage: Usage,
+                                                                                   data: st.DataObject) -> None:
+    from gpufleet.model import Placement, PodUid
+    i = data.draw(st.integers(0, usage.cluster.n_nodes - 1))
+    current = by_row(usage, list(range(usage.cluster.n_nodes)))  # the drawn state's own aggregates
+    got = current.copy()
+    got.place(Placement(PodUid("default/cpu"), usage.cluster.names[i], 1000, GIB), i)
+    expected = by_row(got, [i])
+    for name in AGGREGATES:
+        assert np.array_equal(getattr(got, name), getattr(expected, name)), name
+    assert got.free_cpu[i] == current.free_cpu[i] - 1000 and got.free_pods[i] == current.free_pods[i] - 1
+    assert got.version[i] > current.version.max()
+    assert np.array_equal(np.delete(got.version, i), np.delete(current.version, i))

@@ -162,9 +162,11 @@ class _Cycle:
     def _placement(self, pod: PodSpec, node: int) -> Placement:
         g = pod.gpu
         picker = self.profile.device_picker
-        devices = picker.pick_devices(self.state, pod, self.view, node) if picker else None
-        if devices is None and g.kind is not GpuKind.NONE:
-            devices = default_devices(pod, self.view, node)
+        devices = None
+        if g.kind is not GpuKind.NONE:
+            devices = picker.pick_devices(self.state, pod, self.view, node) if picker else None
+            if devices is None:
+                devices = default_devices(pod, self.view, node)
         gpus: tuple[int, ...] = ()
         slices: tuple[int, ...] = ()
         milli = mem = 0

@@ -106,6 +106,7 @@ normalisation: the same node, since a positive weight keeps 100 above 99."""
 class DevicePicker(Plugin, Protocol):
     def pick_devices(self, state: CycleState, pod: PodSpec, view: View, node: int) -> tuple[int, ...] | None:
         """Which GPU devices (indices on `node`) the pod gets, or None to defer to the default.
+        Called only for pods that ask for GPUs.
 
         KAI's `gpu_order`: the policy that scores nodes also chooses devices inside one.
         For MIG requests the indices are carved-slice indices on the node.

@@ -321,16 +321,19 @@ class Usage:
         self.free_cpu[i] -= sign * p.cpu_milli
         self.free_mem[i] -= sign * p.mem_mib
         self.free_pods[i] -= sign
-        for j in p.gpus:
-            self.gpu_used_milli[i, j] += sign * p.milli
-            self.gpu_used_mem[i, j] += sign * p.gpu_mem_mib
+        if p.gpus:
+            for j in p.gpus:
+                self.gpu_used_milli[i, j] += sign * p.milli
+                self.gpu_used_mem[i, j] += sign * p.gpu_mem_mib
+            self.class_pods[i, gpu_class(p)] += sign
         if p.mig_slices:
             start = int(self.cluster.slice_start[i])
             for s in p.mig_slices:
                 self.slice_used[start + s] = sign > 0
-        k = gpu_class(p)
-        if k >= 0:
-            self.class_pods[i, k] += sign
+        elif not p.gpus and refresh:  # no device changed: the GPU aggregates stand, the node's state is new
+            self.version[i] = _next_stamp[0]
+            _next_stamp[0] += 1
+            return
         if refresh:
             self.refresh_row(i)
 
