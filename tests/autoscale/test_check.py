@@ -163,6 +163,27 @@ def test_a_change_that_cannot_matter_schedules_nothing_again() -> None:
     assert last.scheduled == 3 and last.result.binds == first.result.binds
 
 
+def test_dropping_empty_nodes_reuses_the_last_snapshot_and_binds_what_a_full_schedule_binds() -> None:
+    tpls = [NodeTemplate("h1", 16_000, 64 * GIB, 1.0, gpu_model="H100-80GB", gpus=1, gpu_mem_mib=80 * GIB)]
+    left = ([make_pod(f"g{k}").cpu(1000).gpus(1).created(float(k)).build() for k in range(3)]
+            + [make_pod(f"c{k}").cpu(1000).created(10.0 + k).build() for k in range(2)])
+    after = ClusterSnapshot.build([])
+    check = Check(after, left, tpls, PROFILE, 0.0)
+    planned = [(NodeName(f"planned-{k:05d}"), 0) for k in range(5)]
+    first = check.run(planned)
+    assert len(first.first_use) == 3  # the CPU-only pods go to the tighter used nodes, not the empty one
+    kept = planned[:3]
+    again = check.rerun(first, kept)  # from the first CPU-only pod: the empty node it saw is gone
+    assert again.scheduled == first.scheduled + 2
+    assert again.base is not None and first.base is not None and again.base.cluster is first.base.cluster
+    same(again, full(after, [], kept, tpls, left, [], PROFILE))
+    snap = again.base
+    fresh = next(f for f in check.checking_profile(snap, kept).filters if isinstance(f, checking.FreshFirst))
+    dropped = [snap.cluster.index[name] for name, _ in planned[3:]]
+    mask = fresh.filter(CycleState(random.Random(0), 0.0), left[-1], checking._View(snap.cluster, snap.usage))
+    assert sorted(fresh.hidden) == dropped and not mask[dropped].any() and mask[:3].all()
+
+
 def test_adding_a_template_without_fresh_nodes_reschedules_from_the_first_pod_it_fits() -> None:
     tpls = [NodeTemplate("h1", 16_000, 64 * GIB, 1.0, gpu_model="H100-80GB", gpus=1, gpu_mem_mib=80 * GIB),
             NodeTemplate("cpu", 16_000, 64 * GIB, 1.0)]

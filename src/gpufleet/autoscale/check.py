@@ -31,7 +31,9 @@ the planned nodes; `tests/autoscale/test_check.py` compares them on random cases
    Everything before that pod is kept and only the units from there on are scheduled again,
    on the snapshot with the kept binds applied (the core is a loop over units; what carries
    from one unit to the next is the usage and, as a cache, the failed constraint keys, which
-   a new run recomputes to the same answer since usage only grew).
+   a new run recomputes to the same answer since usage only grew). When the change only
+   drops nodes, that snapshot is the last run's with its binds up to there placed, the
+   dropped nodes hidden by `FreshFirst`, rather than a new one (`Check.narrowed`).
 4. **Copies of an empty node.** For the same reason, of the fresh nodes of one template only
    the lowest-named can be chosen; the filter `FreshFirst` lets only that one pass, so the
    scorers see one empty node per template instead of hundreds (~10 % of a plan's time).
@@ -139,7 +141,8 @@ def feasible(profile: Profile, pods: Sequence[PodSpec], cluster: Cluster, usage:
 class FreshFirst:
     """A filter the check adds to node-local profiles: of the planned nodes of one template
     that have no pod yet (fresh), only the lowest-named passes; the next one passes once
-    that one gets a pod.
+    that one gets a pod. Nodes in `hidden` (planned nodes a later check dropped, still in
+    the snapshot it reuses) never pass.
 
     It changes no decision and no explanation. Fresh nodes of one template are the same to
     every node-local filter and scorer, and min-max normalisation sees the same lowest and
@@ -151,9 +154,10 @@ class FreshFirst:
 
     name = "FreshFirst"
 
-    def __init__(self, groups: Sequence[Sequence[int]]) -> None:
+    def __init__(self, groups: Sequence[Sequence[int]], hidden: Sequence[int] = ()) -> None:
         self.groups = groups
         """Per template: its planned nodes' indices, ascending (name order)."""
+        self.hidden = hidden
 
     def _state(self, state: CycleState, view: View) -> tuple[BoolArray, dict[int, list[int]]]:
         """(which nodes pass, per planned node its template's fresh nodes in name order)."""
@@ -161,6 +165,7 @@ class FreshFirst:
         if found is None:
             u, c = view.usage, view.cluster
             passing = np.ones(c.n_nodes, dtype=np.bool_)
+            passing[list(self.hidden)] = False
             fresh_of: dict[int, list[int]] = {}
             for nodes in self.groups:
                 fresh = [i for i in nodes if u.free_pods[i] == c.cap_pods[i]]
@@ -211,6 +216,9 @@ class Outcome:
     """How many `schedule()` calls made it, counting the ones of the outcomes it was rebuilt from."""
     scheduled: int = 0
     """How many pods those calls were given in all."""
+    base: ClusterSnapshot | None = None
+    """The snapshot the last of those calls ran on: the binds of the pods before `base_start` applied."""
+    base_start: int = 0
 
 
 def reached(outcome: Outcome) -> dict[int, int]:
@@ -336,14 +344,35 @@ class Check:
         usage.place_all((p, cluster.index[p.node]) for p in binds)
         return ClusterSnapshot(cluster, usage, MappingProxyType(placements), self.after.pod_groups)
 
+    def narrowed(self, old: Outcome, planned: Sequence[tuple[NodeName, int]], start: int) -> ClusterSnapshot | None:
+        """The snapshot for the check of `planned` from position `start`, made from the one
+        `old`'s last `schedule()` ran on, when `planned` only drops nodes of `old` (that got no
+        pod before `start`; `parting` ensures it): its binds up to `start` are placed, and
+        `checking_profile` hides the dropped nodes. Cheaper than a new snapshot, which builds
+        every node and places every kept bind again. None when it does not apply."""
+        base = old.base
+        if base is None or start < old.base_start or not {n for n, _ in planned} <= {n for n, _ in old.planned}:
+            return None
+        binds = [b for b in old.result.binds if old.base_start <= self.pos[b.pod] < start]
+        usage = base.usage.copy()
+        usage.place_all((p, base.cluster.index[p.node]) for p in binds)
+        placements = dict(base.placements)
+        placements.update((p.pod, p) for p in binds)
+        return ClusterSnapshot(base.cluster, usage, MappingProxyType(placements), base.pod_groups)
+
     def checking_profile(self, snap: ClusterSnapshot, planned: Sequence[tuple[NodeName, int]]) -> Profile:
-        """The profile a check of `planned` runs on `snap`: with `FreshFirst` when incremental."""
+        """The profile a check of `planned` runs on `snap`: with `FreshFirst` when incremental
+        (hiding the nodes of `snap` that are neither current nodes kept nor in `planned`)."""
         if not self.incremental:
             return self.profile
         groups: dict[int, list[int]] = {}
         for name, t in planned:
             groups.setdefault(t, []).append(snap.cluster.index[name])
-        fresh = FreshFirst([sorted(nodes) for nodes in groups.values()])
+        hidden: list[int] = []
+        if snap.cluster.n_nodes > len(self.existing) + len(planned):
+            shown = {name for name, _ in planned} | {self.after.cluster.names[i] for i in self.existing}
+            hidden = [i for i, name in enumerate(snap.cluster.names) if name not in shown]
+        fresh = FreshFirst([sorted(nodes) for nodes in groups.values()], hidden)
         return dataclasses.replace(self.profile, filters=self.profile.filters + (fresh,),
                                    reserves=self.profile.reserves + (fresh,))
 
@@ -353,19 +382,20 @@ class Check:
                         explain=False)
 
     def _outcome(self, planned: Sequence[tuple[NodeName, int]], result: CycleResult, runs: int,
-                 scheduled: int) -> Outcome:
+                 scheduled: int, base: ClusterSnapshot | None, base_start: int) -> Outcome:
         first: dict[NodeName, int] = {}
         for b in result.binds:
             i = self.pos[b.pod]
             if i < first.get(b.node, NEVER):
                 first[b.node] = i
-        return Outcome(tuple(planned), result, MappingProxyType(first), runs, scheduled)
+        return Outcome(tuple(planned), result, MappingProxyType(first), runs, scheduled, base, base_start)
 
     # -- checks ---------------------------------------------------------------------------
     def run(self, planned: Sequence[tuple[NodeName, int]]) -> Outcome:
         """`schedule()` of every leftover pod on the kept current nodes plus `planned`."""
-        result = self._schedule(self.snapshot(planned), self.order, planned)  # the same pods, sorted already
-        return self._outcome(planned, result, 1, len(self.left))
+        snap = self.snapshot(planned)
+        result = self._schedule(snap, self.order, planned)  # the same pods, sorted already
+        return self._outcome(planned, result, 1, len(self.left), snap, 0)
 
     def rerun(self, old: Outcome, planned: Sequence[tuple[NodeName, int]]) -> Outcome:
         """The check of `planned`, reusing `old` up to the first pod the change can affect."""
@@ -375,14 +405,15 @@ class Check:
             return dataclasses.replace(done, runs=old.runs + 1, scheduled=old.scheduled + done.scheduled)
         if start >= len(self.order):
             result = CycleResult(old.result.binds, (), dict(old.result.unschedulable), ())
-            return self._outcome(planned, result, old.runs, old.scheduled)
+            return self._outcome(planned, result, old.runs, old.scheduled, old.base, old.base_start)
         kept = [b for b in old.result.binds if self.pos[b.pod] < start]
         rest = self.order[start:]
-        tail = self._schedule(self.snapshot(planned, kept), rest, planned)
+        snap = self.narrowed(old, planned, start) or self.snapshot(planned, kept)
+        tail = self._schedule(snap, rest, planned)
         unschedulable = {uid: s for uid, s in old.result.unschedulable.items() if self.pos[uid] < start}
         unschedulable.update(tail.unschedulable)
         result = CycleResult(tuple(kept) + tail.binds, (), unschedulable, ())
-        return self._outcome(planned, result, old.runs + 1, old.scheduled + len(rest))
+        return self._outcome(planned, result, old.runs + 1, old.scheduled + len(rest), snap, start)
 
     def parting(self, old: Outcome, planned: Sequence[tuple[NodeName, int]]) -> int:
         """Where a check of `planned` may first decide differently from `old`: the start of
