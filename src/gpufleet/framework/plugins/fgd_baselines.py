@@ -42,8 +42,12 @@ class BestFit:
         # The artifact's 0.5 * x / MAX, computed as x / (2 * MAX): halving is exact, so both
         # round the same real number. In place, since this runs once per pod.
         u = view.usage
-        left: FloatArray = (u.free_cpu[nodes] - pod.cpu_milli) / (2 * MAX_SPEC_CPU)
-        left += (u.free_milli_total[nodes] - pod.gpu.total_milli) / (2 * MAX_SPEC_GPU)
+        cpu = u.free_cpu.take(nodes)
+        cpu -= pod.cpu_milli
+        gpu = u.free_milli_total.take(nodes)
+        gpu -= pod.gpu.total_milli
+        left: FloatArray = cpu / (2 * MAX_SPEC_CPU)
+        left += gpu / (2 * MAX_SPEC_GPU)
         np.subtract(1.0, left, out=left)
         left *= 100.0
         return np.trunc(left, out=left)
