@@ -258,10 +258,11 @@ class Check:
             self.unit_start.extend([start] * len(u))
             if u[0].pod_group is not None:
                 self.gangs.append((start, u))
+        self._reps, self._class_of = self._classes(self.order) if self.incremental else ([], [])
+        """One pod per constraint key, and per position the index of its key."""
         self.existing = self._existing_nodes() if self.incremental else list(range(after.cluster.n_nodes))
         self._positions: dict[int, list[int]] = {}
         self._fresh_ok: BoolArray | None = None
-        self._class_of: list[int] = []
 
     # -- building blocks ------------------------------------------------------------------
     def _classes(self, pods: Sequence[PodSpec]) -> tuple[list[PodSpec], list[int]]:
@@ -281,10 +282,9 @@ class Check:
     def _existing_nodes(self) -> list[int]:
         """Current nodes some leftover pod fits on now, and nodes running members of a pending gang."""
         c, u = self.after.cluster, self.after.usage
-        reps, _ = self._classes(self.left)
         keep: BoolArray = np.zeros(c.n_nodes, dtype=np.bool_)
-        if reps:
-            keep |= feasible(self.profile, reps, c, u, self.now).any(axis=0)
+        if self._reps:
+            keep |= feasible(self.profile, self._reps, c, u, self.now).any(axis=0)
         groups = {p.pod_group for p in self.left if p.pod_group is not None}
         if groups:
             for p in self.after.placements.values():
@@ -296,9 +296,8 @@ class Check:
         """[pod position, template]: whether the pod fits on an empty node of the template."""
         if self._fresh_ok is None:
             probes = Cluster([t.node_info(f"probe-{i:06d}") for i, t in enumerate(self.templates)])
-            reps, self._class_of = self._classes(self.order)
-            fits = feasible(self.profile, reps, probes, Usage(probes), self.now)
-            self._fresh_ok = fits[self._class_of] if reps else np.zeros((0, len(self.templates)), np.bool_)
+            fits = feasible(self.profile, self._reps, probes, Usage(probes), self.now)
+            self._fresh_ok = fits[self._class_of] if self._reps else np.zeros((0, len(self.templates)), np.bool_)
         return self._fresh_ok
 
     def _compatible(self, t: int) -> list[int]:
