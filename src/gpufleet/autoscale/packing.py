@@ -70,6 +70,7 @@ class Packer:
         self.templates = templates
         self.probes: list[NodeInfo] = [t.node_info(f"probe-{t.name}") for t in templates]
         self.empty = [Room(i, t) for i, t in enumerate(templates)]
+        """An empty node of each template, never changed: a new node starts as a copy."""
         self.pool = pool
         self.out = Packing()
         self.gpu_open: list[list[int]] = [[] for _ in templates]
@@ -142,7 +143,7 @@ class Packer:
         return pods[done:]
 
     def _open(self, t: int, d: Demand, pods: list[PodSpec]) -> None:
-        room = Room(t, self.templates[t])
+        room = self.empty[t].copy()
         room.take(d, [p.uid for p in pods])
         self.out.rooms.append(room)
         r = len(self.out.rooms) - 1
