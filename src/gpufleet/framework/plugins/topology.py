@@ -70,8 +70,11 @@ class Topology:
             on_chosen = np.zeros(view.cluster.n_nodes, dtype=np.bool_)
             on_chosen[list(gang.nodes)] = True
             chosen = on_chosen[nodes]
-            same_rack = (self.racks(view.cluster)[nodes] == gang.rack) & (gang.rack >= 0)
-            parts.append(np.where(chosen, 100.0, np.where(same_rack, 50.0, 0.0)))
+            if gang.rack < 0:  # the gang's first node has no rack: no node shares it
+                parts.append(np.where(chosen, 100.0, 0.0))
+            else:
+                same_rack = self.racks(view.cluster)[nodes] == gang.rack
+                parts.append(np.where(chosen, 100.0, np.where(same_rack, 50.0, 0.0)))
         if not parts:
             return np.zeros(len(nodes))
         result: FloatArray = sum(parts[1:], parts[0]) / len(parts)
