@@ -219,6 +219,7 @@ class Outcome:
     base: ClusterSnapshot | None = None
     """The snapshot the last of those calls ran on: the binds of the pods before `base_start` applied."""
     base_start: int = 0
+    """The position (in scheduling order) of the first pod that call was given."""
 
 
 def reached(outcome: Outcome) -> dict[int, int]:
