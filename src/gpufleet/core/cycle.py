@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from gpufleet.core import queued
 from gpufleet.core.queued import QueueContext
 from gpufleet.core.result import CycleResult, Eviction
 from gpufleet.framework.cycle_state import CycleState
+from gpufleet.framework.interfaces import View
 from gpufleet.framework.plugins.gpu_fit import default_devices
 from gpufleet.framework.profile import Profile
 from gpufleet.framework.queueing import QueueingConfig
@@ -70,6 +71,10 @@ class _Cycle:
         self._running_groups: dict[str, int] | None = None
         self.nominated: list[Placement] = []
         self.evictions: list[Eviction] = []
+        self._uniform: list[tuple[int, Callable[[CycleState, PodSpec, View], bool] | None]] = [
+            (k, plugin.uniform if profile.uniform[k] else None)  # type: ignore[attr-defined]
+            for k, (plugin, _) in enumerate(profile.scores)]
+        """Per scorer: its `uniform` (may it say it has no preference for a pod), None if it has none."""
 
     # -- one pod ----------------------------------------------------------------------------
     def place(self, pod: PodSpec) -> Placement | Status:
@@ -77,7 +82,7 @@ class _Cycle:
         hit = self.failed.get(key)
         if hit is not None and hit[0] == self.epoch:
             return hit[1]
-        status = self._pre_filter(pod)
+        status = self._pre_filter(pod) if self.profile.pre_filters else None
         if status is not None:
             self.failed[key] = (self.epoch, status)
             return status
@@ -91,7 +96,7 @@ class _Cycle:
         node = self._select(pod, nodes)
         placement = self._placement(pod, node)
         self._commit(pod, placement, node)
-        denied = self._permit(pod)
+        denied = self._permit(pod) if self.profile.permits else None
         if denied is not None:
             self._rollback(pod, placement)
             return denied
@@ -99,8 +104,6 @@ class _Cycle:
 
     def _permit(self, pod: PodSpec) -> Status | None:
         """Permit plugins see the pod tentatively placed; a denial rolls the placement back."""
-        if not self.profile.permits:
-            return None
         placed = self.in_group.get(pod.pod_group, 0) if pod.pod_group else 0
         for plugin in self.profile.permits:
             status = plugin.permit(self.state, pod, placed, self.view)
@@ -138,8 +141,7 @@ class _Cycle:
             return int(nodes[0])
         # Score even a single feasible node: a scorer may also be the device picker (FGD).
         # A scorer with no preference for this pod adds the same value to every node: left out.
-        active = [k for k, (plugin, _) in enumerate(p.scores)
-                  if not (p.uniform[k] and plugin.uniform(self.state, pod, self.view))]  # type: ignore[attr-defined]
+        active = [k for k, uniform in self._uniform if uniform is None or not uniform(self.state, pod, self.view)]
         if len(active) == 1:
             k = active[0]
             plugin, weight = p.scores[k]
