@@ -18,11 +18,17 @@ a bind that still fails returns the pod to the queue. The cache learns each outc
 
 Status writes (PodScheduled=False, reason Unschedulable, the core's message, no
 nominatedNodeName), evictions and PodGroup status go through the same pool and budget.
+A pod's status writes land in the order they were asked for: one at a time per pod, and a
+write that a newer one for the same pod overtook in the queue is dropped. Without that, a
+slow old write ("waiting for preempted pods", nominatedNodeName set) could land after the
+newer one that cleared it, and stay, since the scheduler does not write a status it has
+already asked for (and Karpenter ignores a pod with a nominatedNodeName).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Mapping
@@ -74,6 +80,11 @@ class Binder:
         self._rest, self._cache, self._bucket, self._retrier = rest, cache, bucket, retrier
         self._events, self._metrics, self._clock = events, metrics, clock
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
+        self._status_lock = threading.Lock()
+        self._status_latest: dict[str, tuple[int, threading.Lock]] = {}
+        """Per pod with a status write asked for and not yet done: the newest write's number,
+        and the lock its writes take one at a time."""
+        self._status_count = 0
 
     def close(self) -> None:
         """Wait for the requests in flight; drop those not started."""
@@ -162,10 +173,36 @@ class Binder:
     def mark_unschedulable(self, key: str, obj: Obj, message: str, reason: str = UNSCHEDULABLE,
                            nominated: str | None = None) -> Future[bool]:
         """PodScheduled=False with `reason` and `message`; `nominatedNodeName` set only for a
-        preemptor waiting for its victims (Karpenter ignores such pods, rightly)."""
-        return self._pool.submit(self._status, key, obj, message, reason, nominated)
+        preemptor waiting for its victims (Karpenter ignores such pods, rightly). Writes for
+        one pod land in the order asked; one overtaken by a newer write is dropped (False)."""
+        with self._status_lock:
+            self._status_count += 1
+            number = self._status_count
+            found = self._status_latest.get(key)
+            self._status_latest[key] = (number, found[1] if found else threading.Lock())
+        return self._pool.submit(self._status, key, obj, message, reason, nominated, number)
 
-    def _status(self, key: str, obj: Obj, message: str, reason: str, nominated: str | None) -> bool:
+    def _status(self, key: str, obj: Obj, message: str, reason: str, nominated: str | None, number: int) -> bool:
+        with self._status_lock:
+            found = self._status_latest.get(key)
+        if found is None or found[0] != number:
+            return False  # a newer write for this pod was asked for: it says what is true now
+        with found[1]:
+            with self._status_lock:
+                if self._latest_status(key) != number:
+                    return False
+            try:
+                return self._write_status(key, obj, message, reason, nominated)
+            finally:
+                with self._status_lock:
+                    if self._latest_status(key) == number:
+                        del self._status_latest[key]
+
+    def _latest_status(self, key: str) -> int | None:
+        found = self._status_latest.get(key)
+        return found[0] if found else None
+
+    def _write_status(self, key: str, obj: Obj, message: str, reason: str, nominated: str | None) -> bool:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         body = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": reason,
                                            "message": message, "lastProbeTime": None, "lastTransitionTime": now}],

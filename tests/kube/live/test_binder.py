@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Callable
 
 import httpx2
@@ -89,3 +90,57 @@ def test_failed_binds(failure: Callable[[], Exception], bound_on_read: bool, ass
     assert not ok
     assert cache.assumed_count() == (1 if assumed else 0)
     assert [p.key for p in cache.pending()] == ([] if assumed else ["ns/a"])
+
+
+class SlowStatusRest(FakeRest):
+    """Holds the first status PATCH until `release` is set; records every status body in order."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda: {})
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.statuses: list[tuple[str, dict[str, Any]]] = []
+
+    def patch(self, url: str, body: dict[str, Any], kind: Any = None) -> dict[str, Any]:
+        if not self.started.is_set():
+            self.started.set()
+            self.release.wait(10)
+        self.statuses.append((url, body["status"]))
+        return {}
+
+
+def binder_on(rest: FakeRest, workers: int) -> tuple[Binder, EventRecorder]:
+    retrier = Retrier(RetryPolicy(attempts=1, first_delay_s=0.0, budget_s=1.0), logging.getLogger("t"),
+                      sleep=lambda s: None)
+    events = EventRecorder(rest, retrier, "me")  # type: ignore[arg-type]
+    return Binder(rest, SchedulerCache(), TokenBucket(0, 1), retrier, events, Metrics(),  # type: ignore[arg-type]
+                  workers=workers), events
+
+
+def test_a_pods_status_writes_land_in_the_order_asked_even_when_the_first_is_slow() -> None:
+    rest = SlowStatusRest()
+    binder, events = binder_on(rest, workers=2)
+    p = pod("a", limits={"nvidia.com/gpu": 8})
+    old = binder.mark_unschedulable("ns/a", p, "waiting for 1 preempted pod(s) to leave node n1", nominated="n1")
+    assert rest.started.wait(10)
+    new = binder.mark_unschedulable("ns/a", p, "0/1 nodes are available: 1 Insufficient GPU.")
+    rest.release.set()
+    assert old.result(10) and new.result(10)
+    binder.close()
+    events.close()
+    assert [s["nominatedNodeName"] for _, s in rest.statuses] == ["n1", None]  # the newer write lands last
+
+
+def test_a_status_write_overtaken_in_the_queue_by_a_newer_one_is_dropped() -> None:
+    rest = SlowStatusRest()
+    binder, events = binder_on(rest, workers=1)
+    other = binder.mark_unschedulable("ns/b", pod("b", limits={"nvidia.com/gpu": 1}), "busy")  # holds the worker
+    assert rest.started.wait(10)
+    p = pod("a", limits={"nvidia.com/gpu": 8})
+    first = binder.mark_unschedulable("ns/a", p, "waiting for 1 preempted pod(s) to leave node n1", nominated="n1")
+    second = binder.mark_unschedulable("ns/a", p, "0/1 nodes are available: 1 Insufficient GPU.")
+    rest.release.set()
+    assert other.result(10) and not first.result(10) and second.result(10)
+    binder.close()
+    events.close()
+    assert [(u.split("/")[-2], s["nominatedNodeName"]) for u, s in rest.statuses] == [("b", None), ("a", None)]
