@@ -18,11 +18,12 @@ a bind that still fails returns the pod to the queue. The cache learns each outc
 
 Status writes (PodScheduled=False, reason Unschedulable, the core's message, no
 nominatedNodeName), evictions and PodGroup status go through the same pool and budget.
-A pod's status writes land in the order they were asked for: one at a time per pod, and a
-write that a newer one for the same pod overtook in the queue is dropped. Without that, a
-slow old write ("waiting for preempted pods", nominatedNodeName set) could land after the
-newer one that cleared it, and stay, since the scheduler does not write a status it has
-already asked for (and Karpenter ignores a pod with a nominatedNodeName).
+The status writes of one object (pod, PodGroup, Queue) land in the order they were asked
+for: one at a time per object, and a write that a newer one for the same object overtook in
+the queue is dropped (`_InOrder`). Without that, a slow or retried old write (a pod's
+"waiting for preempted pods" with nominatedNodeName set) could land after the newer one
+that cleared it, and stay, since the scheduler does not write a status it has already asked
+for (and Karpenter ignores a pod with a nominatedNodeName).
 """
 
 from __future__ import annotations
@@ -80,11 +81,7 @@ class Binder:
         self._rest, self._cache, self._bucket, self._retrier = rest, cache, bucket, retrier
         self._events, self._metrics, self._clock = events, metrics, clock
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
-        self._status_lock = threading.Lock()
-        self._status_latest: dict[str, tuple[int, threading.Lock]] = {}
-        """Per pod with a status write asked for and not yet done: the newest write's number,
-        and the lock its writes take one at a time."""
-        self._status_count = 0
+        self._in_order = _InOrder(self._pool)
 
     def close(self) -> None:
         """Wait for the requests in flight; drop those not started."""
@@ -175,34 +172,9 @@ class Binder:
         """PodScheduled=False with `reason` and `message`; `nominatedNodeName` set only for a
         preemptor waiting for its victims (Karpenter ignores such pods, rightly). Writes for
         one pod land in the order asked; one overtaken by a newer write is dropped (False)."""
-        with self._status_lock:
-            self._status_count += 1
-            number = self._status_count
-            found = self._status_latest.get(key)
-            self._status_latest[key] = (number, found[1] if found else threading.Lock())
-        return self._pool.submit(self._status, key, obj, message, reason, nominated, number)
+        return self._in_order.submit(f"pod {key}", lambda: self._status(key, obj, message, reason, nominated))
 
-    def _status(self, key: str, obj: Obj, message: str, reason: str, nominated: str | None, number: int) -> bool:
-        with self._status_lock:
-            found = self._status_latest.get(key)
-        if found is None or found[0] != number:
-            return False  # a newer write for this pod was asked for: it says what is true now
-        with found[1]:
-            with self._status_lock:
-                if self._latest_status(key) != number:
-                    return False
-            try:
-                return self._write_status(key, obj, message, reason, nominated)
-            finally:
-                with self._status_lock:
-                    if self._latest_status(key) == number:
-                        del self._status_latest[key]
-
-    def _latest_status(self, key: str) -> int | None:
-        found = self._status_latest.get(key)
-        return found[0] if found else None
-
-    def _write_status(self, key: str, obj: Obj, message: str, reason: str, nominated: str | None) -> bool:
+    def _status(self, key: str, obj: Obj, message: str, reason: str, nominated: str | None) -> bool:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         body = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": reason,
                                            "message": message, "lastProbeTime": None, "lastTransitionTime": now}],
@@ -257,12 +229,13 @@ class Binder:
     # -- PodGroup and Queue status ----------------------------------------------------------
     def group_status(self, namespace: str, name: str, status: dict[str, Any]) -> Future[bool]:
         url = path("scheduling.x-k8s.io/v1alpha1", "podgroups", name, namespace, "status")
-        return self._pool.submit(self._status_patch, "update podgroup status", f"podgroup {namespace}/{name}",
-                                 url, status)
+        what = f"podgroup {namespace}/{name}"
+        return self._in_order.submit(what, lambda: self._status_patch("update podgroup status", what, url, status))
 
     def queue_status(self, name: str, status: dict[str, Any]) -> Future[bool]:
         url = path("gpufleet.io/v1alpha1", "queues", name, None, "status")
-        return self._pool.submit(self._status_patch, "update queue status", f"queue {name}", url, status)
+        what = f"queue {name}"
+        return self._in_order.submit(what, lambda: self._status_patch("update queue status", what, url, status))
 
     def _status_patch(self, kind: str, what: str, url: str, status: dict[str, Any]) -> bool:
         try:
@@ -270,6 +243,49 @@ class Binder:
             return True
         except (_Conflict, KubeError):
             return False
+
+
+class _InOrder:
+    """Status writes of one object land in the order they were asked for: they run one at a
+    time per object, and one that a newer write for the same object overtook in the queue is
+    dropped (its future says False). The callers write a status only when it differs from
+    the last one they asked for, so a slow or retried old write landing last would stay."""
+
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self._pool = pool
+        self._lock = threading.Lock()
+        self._latest: dict[str, tuple[int, threading.Lock]] = {}
+        """Per object with a write asked for and not done: the newest write's number, and
+        the lock its writes take one at a time."""
+        self._count = 0
+
+    def submit(self, key: str, write: Callable[[], bool]) -> Future[bool]:
+        with self._lock:
+            self._count += 1
+            number = self._count
+            found = self._latest.get(key)
+            self._latest[key] = (number, found[1] if found else threading.Lock())
+        return self._pool.submit(self._run, key, number, write)
+
+    def _run(self, key: str, number: int, write: Callable[[], bool]) -> bool:
+        with self._lock:
+            found = self._latest.get(key)
+        if found is None or found[0] != number:
+            return False  # a newer write for this object was asked for: it says what is true now
+        with found[1]:
+            with self._lock:
+                if self._newest(key) != number:
+                    return False
+            try:
+                return write()
+            finally:
+                with self._lock:
+                    if self._newest(key) == number:
+                        del self._latest[key]
+
+    def _newest(self, key: str) -> int | None:
+        found = self._latest.get(key)
+        return found[0] if found else None
 
 
 class _Conflict(KubeError):

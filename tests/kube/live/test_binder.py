@@ -144,3 +144,16 @@ def test_a_status_write_overtaken_in_the_queue_by_a_newer_one_is_dropped() -> No
     binder.close()
     events.close()
     assert [(u.split("/")[-2], s["nominatedNodeName"]) for u, s in rest.statuses] == [("b", None), ("a", None)]
+
+
+def test_a_queues_status_writes_land_in_the_order_asked_even_when_the_first_is_slow() -> None:
+    rest = SlowStatusRest()
+    binder, events = binder_on(rest, workers=2)
+    old = binder.queue_status("team-a", {"pending": 3})
+    assert rest.started.wait(10)
+    new = binder.queue_status("team-a", {"pending": 0})
+    rest.release.set()
+    assert old.result(10) and new.result(10)
+    binder.close()
+    events.close()
+    assert [s for _, s in rest.statuses] == [{"pending": 3}, {"pending": 0}]
