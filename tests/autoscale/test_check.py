@@ -184,6 +184,24 @@ def test_dropping_empty_nodes_reuses_the_last_snapshot_and_binds_what_a_full_sch
     assert sorted(fresh.hidden) == dropped and not mask[dropped].any() and mask[:3].all()
 
 
+def test_a_drop_after_an_addition_that_changed_nothing_does_not_reuse_a_snapshot_without_the_added_node() -> None:
+    tpls = [NodeTemplate(name, 16_000, 64 * GIB, 1.0, gpu_model="H100-80GB", gpus=1, gpu_mem_mib=80 * GIB)
+            for name in ("a", "b")]
+    left = ([make_pod(f"g{k}").cpu(1000).gpus(1).created(float(k)).build() for k in range(3)]
+            + [make_pod(f"c{k}").cpu(1000).created(10.0 + k).build() for k in range(2)])
+    after = ClusterSnapshot.build([])
+    check = Check(after, left, tpls, PROFILE, 0.0)
+    planned = [(NodeName(f"planned-{k:05d}"), 0) for k in range(5)] + [(NodeName("planned-00005"), 1)]
+    first = check.run(planned)
+    assert len(first.first_use) == 3
+    grown = planned + [(NodeName("planned-00006"), 1)]
+    more = check.rerun(first, grown)  # template b still has an empty node: nothing is scheduled again
+    assert more.scheduled == first.scheduled
+    kept = planned[:3] + grown[5:]  # template a's empty nodes go
+    last = check.rerun(more, kept)
+    same(last, full(after, [], kept, tpls, left, [], PROFILE))
+
+
 def test_adding_a_template_without_fresh_nodes_reschedules_from_the_first_pod_it_fits() -> None:
     tpls = [NodeTemplate("h1", 16_000, 64 * GIB, 1.0, gpu_model="H100-80GB", gpus=1, gpu_mem_mib=80 * GIB),
             NodeTemplate("cpu", 16_000, 64 * GIB, 1.0)]

@@ -353,6 +353,8 @@ class Check:
         base = old.base
         if base is None or start < old.base_start or not {n for n, _ in planned} <= {n for n, _ in old.planned}:
             return None
+        if any(name not in base.cluster.index for name, _ in planned):
+            return None  # `old` kept an older run's snapshot while adding nodes that changed nothing
         binds = [b for b in old.result.binds if old.base_start <= self.pos[b.pod] < start]
         usage = base.usage.copy()
         usage.place_all((p, base.cluster.index[p.node]) for p in binds)
