@@ -254,6 +254,10 @@ class Usage:
         c = self.cluster
         if c.slice_end[i] > c.slice_start[i]:
             self._refresh_slices(i)
+        self._restamp(i)
+
+    def _restamp(self, i: int) -> None:
+        """A fresh stamp for node i (see `version`)."""
         self.version[i] = _next_stamp[0]
         _next_stamp[0] += 1
 
@@ -309,12 +313,15 @@ class Usage:
 
     # -- mutation -------------------------------------------------------------------------
     def place_all(self, items: Iterable[tuple[Placement, int]], sign: int = 1) -> None:
-        """`place` for many (placement, node index) pairs, refreshing each touched node once."""
+        """`place` for many (placement, node index) pairs, refreshing each touched node once
+        (also when `items` raises part way: what was placed stays consistent)."""
         touched: set[int] = set()
-        for p, i in items:
-            self.place(p, i, sign, refresh=False)
-            touched.add(i)
-        self.refresh_rows(np.array(sorted(touched), dtype=np.int64))
+        try:
+            for p, i in items:
+                self.place(p, i, sign, refresh=False)
+                touched.add(i)
+        finally:
+            self.refresh_rows(np.array(sorted(touched), dtype=np.int64))
 
     def place(self, p: Placement, i: int, sign: int = 1, *, refresh: bool = True) -> None:
         """Add (sign=1) or remove (sign=-1) a placement's holdings on node index i."""
@@ -330,12 +337,12 @@ class Usage:
             start = int(self.cluster.slice_start[i])
             for s in p.mig_slices:
                 self.slice_used[start + s] = sign > 0
-        elif not p.gpus and refresh:  # no device changed: the GPU aggregates stand, the node's state is new
-            self.version[i] = _next_stamp[0]
-            _next_stamp[0] += 1
+        if not refresh:
             return
-        if refresh:
+        if p.gpus or p.mig_slices:
             self.refresh_row(i)
+        else:  # no device changed: the GPU aggregates stand, only the node's state is new
+            self._restamp(i)
 
     def set_health(self, i: int, gpu: int, healthy: bool) -> None:
         self.gpu_healthy[i, gpu] = healthy

@@ -9,9 +9,7 @@ before tentative placements, so a snapshot can be scheduled many times with the 
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Iterable, Mapping, Sequence
-
-import numpy as np
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from gpufleet.model.cluster import Cluster, Usage
 from gpufleet.model.errors import ModelError
@@ -108,26 +106,25 @@ class ClusterSnapshot:
 
 def _step(cluster: Cluster, usage: Usage, placements: dict[PodUid, Placement],
           binds: Iterable[Placement], releases: Iterable[PodUid]) -> None:
-    """Apply releases, then binds, to `usage` and `placements` in place (each node's
-    aggregates are recomputed once, at the end, also when a bad release or bind stops it)."""
-    touched: set[int] = set()
-    try:
+    """Apply releases, then binds, to `usage` and `placements` in place (`Usage.place_all`:
+    each node's aggregates recomputed once per pass, also when a bad release or bind stops it)."""
+    def released() -> Iterator[tuple[Placement, int]]:
         for uid in releases:
             p = placements.pop(uid, None)
             if p is None:
                 raise ModelError(f"release of pod {uid}", "pod is not running in this snapshot")
-            i = cluster.index[p.node]
-            usage.place(p, i, sign=-1, refresh=False)
-            touched.add(i)
+            yield p, cluster.index[p.node]
+
+    def bound() -> Iterator[tuple[Placement, int]]:
         for p in binds:
             if p.pod in placements:
                 raise ModelError(f"bind of pod {p.pod}", f"pod already runs on {placements[p.pod].node}")
             i = cluster.index[p.node]
-            usage.place(p, i, refresh=False)
-            touched.add(i)
             placements[p.pod] = p
-    finally:
-        usage.refresh_rows(np.array(sorted(touched), dtype=np.int64))
+            yield p, i
+
+    usage.place_all(released(), sign=-1)
+    usage.place_all(bound())
 
 
 def _check_placement(cluster: Cluster, usage: Usage, p: Placement,
