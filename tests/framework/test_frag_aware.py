@@ -138,14 +138,14 @@ def test_lookahead_value_is_the_expected_best_fragmentation_after_one_typical_ta
                 for m, c, row in zip(model_id.tolist(), cpu.tolist(), free.tolist())]
     value = LookaheadValue(model)
     assert value.compute(model_id, cpu, free) == pytest.approx(expected)
-    assert value(model_id, cpu, free) == pytest.approx(expected)     # through the memo, twice
-    assert value(model_id, cpu, free) == pytest.approx(expected)
+    assert value.batch(model_id, cpu, free) == pytest.approx(expected)     # through the memo, twice
+    assert value.batch(model_id, cpu, free) == pytest.approx(expected)
 
 
 def test_rounding_free_cpu_down_to_the_tasks_cpu_steps_leaves_the_value_exactly_equal() -> None:
     value = LookaheadValue(FragModel(TWO_MODELS, MIXED))
     model_id, cpu, free = random_states(300, 1)
-    rounded = value.canonical_cpu(cpu)
+    rounded = value.model.canonical_cpu(cpu)
     assert (rounded <= cpu).all() and len(set(rounded.tolist())) < len(set(cpu.tolist()))
     assert value.compute(model_id, rounded, free).tolist() == value.compute(model_id, cpu, free).tolist()
 
@@ -158,6 +158,17 @@ def test_a_states_lookahead_value_does_not_depend_on_the_batch_it_is_in() -> Non
         assert value.compute(model_id[i:i + 1], cpu[i:i + 1], free[i:i + 1]).tolist() == [whole[i]]
 
 
+def test_neither_f_nor_the_lookahead_value_depends_on_the_order_of_a_states_devices() -> None:
+    # The memos key a state by its devices sorted; that is exact only if order never matters.
+    model = FragModel(TWO_MODELS, MIXED)
+    value = LookaheadValue(model)
+    model_id, cpu, free = random_states(200, 3)
+    shuffled = np.random.default_rng(4).permuted(free, axis=1)
+    assert (shuffled != free).any()
+    assert model.batch(model_id, cpu, shuffled).tolist() == model.batch(model_id, cpu, free).tolist()
+    assert value.compute(model_id, cpu, shuffled).tolist() == value.compute(model_id, cpu, free).tolist()
+
+
 def test_with_lookahead_the_score_is_fgds_formula_on_the_lookahead_value() -> None:
     node = make_node("n1").cpu(16_000).gpus(4).build()
     snap = ClusterSnapshot.build([node], [Placement(PodUid("a"), NodeName("n1"), 2000, 0, (0,), 500)])
@@ -167,6 +178,6 @@ def test_with_lookahead_the_score_is_fgds_formula_on_the_lookahead_value() -> No
     got = plugin.score(CycleState(random.Random(0), 0.0), pod, view, np.array([0]))[0]
     value = LookaheadValue(FragModel(snap.cluster, MIX))
     zero = np.array([0])
-    v_before = value(zero, np.array([14_000]), np.array([[500, 1000, 1000, 1000]]))[0]
-    v_after = value(zero, np.array([10_000]), np.array([[500, 0, 1000, 1000]]))[0]
+    v_before = value.batch(zero, np.array([14_000]), np.array([[500, 1000, 1000, 1000]]))[0]
+    v_after = value.batch(zero, np.array([10_000]), np.array([[500, 0, 1000, 1000]]))[0]
     assert got == pytest.approx(np.trunc(100.0 / (1.0 + np.exp(-(v_before - v_after) / 1000.0))))

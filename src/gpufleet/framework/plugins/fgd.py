@@ -8,11 +8,16 @@ published policy, kept exact so the paper's numbers can be reproduced.
 Speed: a node's score depends only on that node's state and the pod's spec, so scores are
 cached per spec and recomputed only for nodes whose state stamp (`Usage.version`) changed
 since; in a cycle of thousands of pods, or a simulation of one pod per cycle, most nodes
-are unchanged between two pods of the same spec.
+are unchanged between two pods of the same spec. The few nodes the last pods changed are
+scored one by one in Python through two memos (per spec, a node state's score; per state,
+its F), because NumPy's cost per call outweighs its speed on two or three rows; a spec's
+first pod scores every node in one NumPy batch. Both paths compute the same numbers
+(tests/framework/test_frag_memo.py).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -20,16 +25,17 @@ import numpy as np
 
 from gpufleet.framework.cycle_state import CycleState
 from gpufleet.framework.interfaces import DevicePicker, FloatArray, IntArray, ScorePlugin, View
-from gpufleet.framework.plugins.fragmentation import F64, FragModel, TypicalTask
+from gpufleet.framework.plugins.fragmentation import F64, MEMO_MAX, FragModel, StateKey, StateValues, TypicalTask
 from gpufleet.framework.plugins.gpu_fit import default_devices
 from gpufleet.model import GPU_MILLI, Cluster, GpuKind, PodSpec
 
 NAME = "FGD"
 DEDUP_MIN_ROWS = 64
-"""Above this many stale nodes, identical node states are evaluated once."""
+"""Above this many stale nodes, they are scored in one NumPy batch (identical states once);
+up to it, one by one through the memos."""
 
-ScoreFn = Callable[[F64, F64, F64, np.ndarray], FloatArray]
-"""(F_before, F_after, milli left on the chosen device, free milli per device after) per
+ScoreFn = Callable[[F64, F64, F64], FloatArray]
+"""(value of the node state before, value after, milli left on the chosen device) per
 option -> score; higher is better."""
 
 
@@ -39,7 +45,7 @@ class FgdArgs:
     """The task distribution; drivers pass it (the simulator from the trace, as the paper)."""
 
 
-def fgd_score(before: F64, after: F64, leftover: F64, rows: np.ndarray) -> FloatArray:
+def fgd_score(before: F64, after: F64, leftover: F64) -> FloatArray:
     result: FloatArray = np.trunc(100.0 / (1.0 + np.exp(-(before - after) / 1000.0)))
     return result
 
@@ -62,27 +68,43 @@ def _options(pod: PodSpec, free: np.ndarray, free_mem: np.ndarray) -> tuple[np.n
     return free, np.arange(k), np.full(k, -1)
 
 
-class FragScorer:
-    """Per-spec cached scores of a fragmentation-based policy (shared by FGD and FragAware)."""
+SpecState = tuple[int, int, int, tuple[int, ...], tuple[int, ...]]
+"""A node state as one spec's memo keys it: (GPU model id, free CPU before and after the pod
+rounded down to the CPU steps, free milli per device ascending, free milli of the devices
+with GPU-memory room ascending (only for a share that asks for GPU memory, else empty))."""
 
-    def __init__(self, tasks: tuple[TypicalTask, ...], score_fn: ScoreFn) -> None:
+
+class FragScorer:
+    """Per-spec cached scores of a fragmentation-based policy (shared by FGD and FragAware).
+
+    An option's score is `score_fn` of a value of the node's state before and after it
+    (`StateValues`: F; FragAware's look-ahead: V) and of the milli it leaves on its device."""
+
+    def __init__(self, tasks: tuple[TypicalTask, ...], score_fn: ScoreFn,
+                 values: Callable[[FragModel], StateValues] = StateValues) -> None:
         self.tasks = tasks
         self.score_fn = score_fn
+        self._new_values = values
         self._cluster: Cluster | None = None
-        self._model: FragModel | None = None
-        self._cache: dict[tuple[object, ...], tuple[F64, np.ndarray, np.ndarray]] = {}
+        self._values: StateValues | None = None
+        self._cache: dict[tuple[object, ...], tuple[F64, IntArray, IntArray]] = {}
+        self._memo: dict[tuple[object, ...], dict[SpecState, tuple[float, frozenset[int]]]] = {}
+        self._memo_size = 0
 
-    def _reset(self, cluster: Cluster) -> FragModel:
+    def _reset(self, cluster: Cluster) -> StateValues:
         # Keyed on the cluster object itself: a freed cluster's id() can be reused.
-        if self._model is None or self._cluster is not cluster:
-            self._model = FragModel(cluster, self.tasks)
+        if self._values is None or self._cluster is not cluster:
+            self._values = self._new_values(FragModel(cluster, self.tasks))
             self._cluster = cluster
             self._cache = {}
-        return self._model
+            self._memo = {}
+            self._memo_size = 0
+        return self._values
 
-    def scores(self, pod: PodSpec, view: View, nodes: IntArray) -> tuple[FloatArray, IntArray]:
+    def scores(self, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
+        """The score of each of `nodes`: its best option's."""
         c, u = view.cluster, view.usage
-        model = self._reset(c)
+        values = self._reset(c)
         key = (pod.cpu_milli, pod.gpu)
         entry = self._cache.get(key)
         if entry is None:
@@ -92,54 +114,151 @@ class FragScorer:
         cached, stamp, device = entry
         stale = nodes[stamp[nodes] != u.version[nodes]]
         if len(stale):
-            cached[stale], device[stale] = self._compute(model, pod, view, stale)
+            compute = self._one_by_one if len(stale) <= DEDUP_MIN_ROWS else self._batch
+            cached[stale], device[stale] = compute(values, pod, view, stale)
             stamp[stale] = u.version[stale]
-        return cached[nodes], device[nodes]
+        result: FloatArray = cached[nodes]
+        return result
 
-    def _compute(self, model: FragModel, pod: PodSpec, view: View, nodes: IntArray) -> tuple[F64, IntArray]:
-        c, u = view.cluster, view.usage
-        ok = c.gpu_whole_ok[nodes] & u.gpu_healthy[nodes]
-        free = np.where(ok, GPU_MILLI - u.gpu_used_milli[nodes], 0)
-        # Free GPU memory matters only to a share that asks for some; otherwise keep it out
-        # of the state key so more nodes dedupe.
-        asks_mem = pod.gpu.kind is GpuKind.FRACTION and pod.gpu.mem_mib > 0
-        free_mem = c.gpu_mem[nodes] - u.gpu_used_mem[nodes] if asks_mem else np.zeros_like(free)
-        model_id = c.model_id[nodes].astype(np.int64)
-        cpu = u.free_cpu[nodes]
-        if len(nodes) > DEDUP_MIN_ROWS:
-            # Many nodes share a state (empty nodes of one shape): evaluate each state once.
-            key = np.column_stack((model_id, cpu, free, free_mem))
-            _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
-            best, chosen = self._evaluate(model, pod, model_id[first], cpu[first], free[first], free_mem[first])
-            return best[inverse.ravel()], chosen[inverse.ravel()]
-        return self._evaluate(model, pod, model_id, cpu, free, free_mem)
+    def devices(self, pod: PodSpec, nodes: IntArray) -> IntArray:
+        """The device a share gets on each of `nodes`, as its last `scores` found (-1: none)."""
+        result: IntArray = self._cache[(pod.cpu_milli, pod.gpu)][2][nodes]
+        return result
 
-    def option_scores(self, model: FragModel, model_id: IntArray, cpu: IntArray, free: IntArray,
-                      owner: IntArray, rows: IntArray, pod_cpu: int, before: F64, after: F64,
-                      leftover: F64) -> FloatArray:
-        """Score of every placement option: `rows` (free milli per device after it) of state
-        `owner`; F before/after per state/option. FGD's: `score_fn` on F. Subclasses may score
-        on another value of the node states (FragAware's look-ahead)."""
-        return self.score_fn(before[owner], after, leftover, rows)
-
-    def _evaluate(self, model: FragModel, pod: PodSpec, model_id: IntArray, cpu: IntArray, free: np.ndarray,
-                  free_mem: np.ndarray) -> tuple[F64, IntArray]:
+    def _batch(self, values: StateValues, pod: PodSpec, view: View, nodes: IntArray) -> tuple[F64, IntArray]:
+        """Best score and its device for each of `nodes`, in NumPy batches."""
+        model_id, cpu, free, free_mem = _states(pod, view, nodes)
+        # Many nodes share a state (empty nodes of one shape): evaluate each state once.
+        first, inverse = _distinct_rows(np.column_stack((model_id, cpu, free, free_mem)))
+        model_id, cpu, free, free_mem = model_id[first], cpu[first], free[first], free_mem[first]
         rows, owner, dev = _options(pod, free, free_mem)
-        # F before (the states) and after (every option) in one batch.
-        both = model.batch(np.concatenate((model_id, model_id[owner])),
-                           np.concatenate((cpu, cpu[owner] - pod.cpu_milli)), np.concatenate((free, rows)))
+        # The value before (the states) and after (every option) in one batch.
+        both = values.batch(np.concatenate((model_id, model_id[owner])),
+                            np.concatenate((cpu, cpu[owner] - pod.cpu_milli)), np.concatenate((free, rows)))
         before, after = both[:len(model_id)], both[len(model_id):]
         leftover = np.where(dev >= 0, rows[np.arange(len(dev)), np.maximum(dev, 0)], 0).astype(np.float64)
-        option_score = self.option_scores(model, model_id, cpu, free, owner, rows, pod.cpu_milli, before, after,
-                                          leftover)
+        option_score = self.score_fn(before[owner], after, leftover)
         best = np.full(len(model_id), -np.inf)
         np.maximum.at(best, owner, option_score)
         # Options are in (row, device) order; keep the first best per row, as the artifact does.
         winners = np.flatnonzero(option_score == best[owner])
-        rows_won, first = np.unique(owner[winners], return_index=True)
+        rows_won, first_win = np.unique(owner[winners], return_index=True)
         chosen = np.full(len(model_id), -1, dtype=np.int64)
-        chosen[rows_won] = dev[winners[first]]
-        return best, chosen
+        chosen[rows_won] = dev[winners[first_win]]
+        return best[inverse], chosen[inverse]
+
+    def _one_by_one(self, values: StateValues, pod: PodSpec, view: View, nodes: IntArray) -> tuple[F64, IntArray]:
+        """What `_batch` gives, node by node through a memo per spec: state (`SpecState`) ->
+        (best score, free milli of the devices whose option scores best).
+
+        Neither F nor V depends on the order of a node's devices, and an option's score
+        depends only on the state and on the free milli of the device it uses, so states
+        that differ only in device order share an entry. The device is the first with room
+        whose free milli scores best: `_batch`'s first best option."""
+        g = pod.gpu
+        model_id, cpu, free, free_mem = _states(pod, view, nodes)
+        share = g.kind is GpuKind.FRACTION
+        asks_mem = share and g.mem_mib > 0
+        rows: list[list[int]] = free.tolist()
+        room: list[list[bool]] = ((free >= g.milli) & (free_mem >= g.mem_mib)).tolist() if share else []
+        canonical = values.canonical
+        memo = self._memo.setdefault((pod.cpu_milli, g), {})
+        keys: list[SpecState] = []
+        missing: dict[SpecState, None] = {}
+        for i, (m, c, row) in enumerate(zip(model_id.tolist(), cpu.tolist(), rows)):
+            roomy = tuple(sorted({v for v, r in zip(row, room[i]) if r})) if asks_mem else ()
+            state = (m, canonical(c), canonical(c - pod.cpu_milli), tuple(sorted(row)), roomy)
+            keys.append(state)
+            if state not in memo:
+                missing[state] = None
+        if missing:
+            if self._memo_size + len(missing) > MEMO_MAX:
+                for states in self._memo.values():
+                    states.clear()
+                self._memo_size = 0
+                missing = dict.fromkeys(keys)
+            memo.update(self._score_states(values, pod, list(missing)))
+            self._memo_size += len(missing)
+        scores = np.empty(len(keys))
+        chosen = np.full(len(keys), -1, dtype=np.int64)
+        for i, state in enumerate(keys):
+            scores[i], best_milli = memo[state]
+            if best_milli:
+                chosen[i] = next(j for j, (v, r) in enumerate(zip(rows[i], room[i])) if r and v in best_milli)
+        return scores, chosen
+
+    def _score_states(self, values: StateValues, pod: PodSpec, states: list[SpecState]
+                      ) -> dict[SpecState, tuple[float, frozenset[int]]]:
+        """(best score, free milli of the devices whose option scores best) of each state."""
+        g = pod.gpu
+        before: list[StateKey] = []
+        after: list[StateKey] = []
+        owner: list[int] = []
+        milli: list[int] = []             # free milli of the option's device (-1: not a share)
+        for s, (m, cpu_before, cpu_after, ordered, roomy) in enumerate(states):
+            before.append((m, cpu_before, *ordered))
+            if g.kind is GpuKind.FRACTION:
+                for v in roomy if g.mem_mib > 0 else sorted({v for v in ordered if v >= g.milli}):
+                    left = list(ordered)
+                    left[left.index(v)] = v - g.milli
+                    after.append((m, cpu_after, *sorted(left)))
+                    owner.append(s)
+                    milli.append(v)
+            elif g.kind is GpuKind.WHOLE:
+                # Ascending, the free devices are last; the pod takes `count` of them (or all).
+                taken = min(g.count, ordered.count(GPU_MILLI))
+                left = list(ordered[:len(ordered) - taken])
+                after.append((m, cpu_after, *sorted(left + [0] * taken)))
+                owner.append(s)
+                milli.append(-1)
+            else:
+                after.append((m, cpu_after, *ordered))
+                owner.append(s)
+                milli.append(-1)
+        value = values.lookup(before + after)
+        leftover = np.array([v - g.milli if v >= 0 else 0 for v in milli], dtype=np.float64)
+        option_score = self.score_fn(np.array([value[s] for s in owner]), np.array(value[len(before):]),
+                                     leftover).tolist()
+        best = [-math.inf] * len(states)
+        for s, score in zip(owner, option_score):
+            best[s] = max(best[s], score)
+        won: list[set[int]] = [set() for _ in states]
+        for s, score, v in zip(owner, option_score, milli):
+            if v >= 0 and score == best[s]:
+                won[s].add(v)
+        return {state: (b, frozenset(w)) for state, b, w in zip(states, best, won)}
+
+
+_ROW_HASH = np.random.default_rng(20231).integers(1, 2**62, size=64, dtype=np.int64) | 1
+"""Odd multipliers for `_distinct_rows`' row hash (fixed: a run never depends on chance)."""
+
+
+def _distinct_rows(key: IntArray) -> tuple[IntArray, IntArray]:
+    """(index of one row of each distinct row, index of each row's distinct row in the first).
+
+    What `np.unique(key, axis=0)` gives, in another order, but 10-20 times faster: rows are
+    hashed to one int64 (wrapping sums of odd multiples), and only if two different rows
+    share a hash does it fall back to `np.unique`."""
+    width = key.shape[1]
+    if width > len(_ROW_HASH):
+        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        return first, inverse.ravel()
+    h = key @ _ROW_HASH[:width]
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    if not (key[first][inverse] == key).all():
+        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
+
+
+def _states(pod: PodSpec, view: View, nodes: IntArray) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+    """(GPU model id, free CPU, free milli per device, free GPU memory per device) of `nodes`."""
+    c, u = view.cluster, view.usage
+    free = np.where(c.gpu_whole_ok[nodes] & u.gpu_healthy[nodes], GPU_MILLI - u.gpu_used_milli[nodes], 0)
+    # Free GPU memory matters only to a share that asks for some; otherwise keep it out
+    # of the state key so more nodes dedupe.
+    asks_mem = pod.gpu.kind is GpuKind.FRACTION and pod.gpu.mem_mib > 0
+    free_mem = c.gpu_mem[nodes] - u.gpu_used_mem[nodes] if asks_mem else np.zeros_like(free)
+    return c.model_id[nodes].astype(np.int64), u.free_cpu[nodes], free, free_mem
 
 
 class FragScorePlugin:
@@ -155,9 +274,9 @@ class FragScorePlugin:
         self.scorer = scorer
 
     def score(self, state: CycleState, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
-        scores, device = self.scorer.scores(pod, view, nodes)
+        scores = self.scorer.scores(pod, view, nodes)
         if pod.gpu.kind is GpuKind.FRACTION:
-            state.data[(self.name, pod.uid)] = (nodes, device)
+            state.data[(self.name, pod.uid)] = (nodes, self.scorer.devices(pod, nodes))
         return scores
 
     def pick_devices(self, state: CycleState, pod: PodSpec, view: View, node: int) -> tuple[int, ...]:

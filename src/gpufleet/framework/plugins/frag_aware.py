@@ -18,9 +18,9 @@ on the node at its best device), or F_n when m does not fit, asks it one task la
 tells apart a leftover that the next likely task fills from one it cannot, and a node
 that stays able to take the common whole-GPU tasks from one that just barely can. The
 score is then FGD's formula on V instead of F: int(100 x sigmoid((V_before - V_after) / 1000)).
-V depends only on the node's state (model, free CPU, free milli per device), so it is
-memoised per state (free CPU rounded down to the CPU amounts the typical tasks compare it
-with); identical states are common and are evaluated once.
+V depends only on the node's state (model, free CPU, free milli per device as a multiset),
+so it is memoised per state (free CPU rounded down to the CPU amounts the typical tasks
+compare it with, devices sorted); identical states are common and are evaluated once.
 """
 
 from __future__ import annotations
@@ -31,12 +31,10 @@ import numpy as np
 
 from gpufleet.framework.interfaces import DevicePicker, FloatArray, IntArray, ScorePlugin
 from gpufleet.framework.plugins.fgd import FragScorePlugin, FragScorer, fgd_score
-from gpufleet.framework.plugins.fragmentation import F64, FragModel, TypicalTask
+from gpufleet.framework.plugins.fragmentation import F64, FragModel, StateValues, TypicalTask
 from gpufleet.model import GPU_MILLI
 
 NAME = "FragAware"
-MEMO_MAX = 500_000
-"""Look-ahead values kept before the memo is cleared (bounds memory in a long-lived scheduler)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,48 +46,26 @@ class FragAwareArgs:
     module docstring). Off by default; costs 2-2.5x FGD's time per pod."""
 
 
-class LookaheadValue:
+class LookaheadValue(StateValues):
     """V(s) = sum_m p_m x min over placements of typical task m on state s of F(s + m), F(s) if m does not fit.
 
-    Memoised per state. A state's free CPU enters V only through comparisons with the
-    typical tasks' CPU requests and sums of two of them (task m, then the task F asks about),
-    so it is rounded down to the largest such threshold first: states that differ only in
-    CPU no task can use share one entry, and V is unchanged."""
+    Memoised per state (`StateKey`), in batches too. V does not depend on the order of the
+    state's devices (neither does F, and a task's placements range over all of them). Its
+    free CPU enters V only through comparisons with the typical tasks' CPU requests and sums
+    of two of them (task m, then the task F asks about): the CPU steps. So states that
+    differ only in device order, or in CPU no task can use, share one entry, and V is
+    unchanged."""
 
     def __init__(self, model: FragModel) -> None:
-        self.model = model
-        self.memo: dict[bytes, float] = {}
-        cpu = model.cpu
-        self.cpu_steps: IntArray = np.unique(np.concatenate([cpu, (cpu[:, None] + cpu[None, :]).ravel()]))
-        """Every CPU amount V compares a state's free CPU with, ascending."""
+        super().__init__(model)
         num = model.num
         self.cpu_only = np.flatnonzero(num == 0)
         self.shares = np.flatnonzero((num > 0) & (model.milli < GPU_MILLI))
         self.wholes = np.flatnonzero((num > 0) & (model.milli >= GPU_MILLI))
 
-    def canonical_cpu(self, cpu: IntArray) -> IntArray:
-        """`cpu` rounded down to the largest CPU step (-1 below the smallest): the same V."""
-        steps = self.cpu_steps
-        j = np.searchsorted(steps, cpu, side="right") - 1
-        out: IntArray = np.where(j >= 0, steps[np.maximum(j, 0)], -1)
-        return out
-
-    def __call__(self, model_id: IntArray, cpu: IntArray, free: IntArray) -> F64:
-        cpu = self.canonical_cpu(cpu)
-        keys = np.column_stack((model_id, cpu, free)).astype(np.int64)
-        raw = [row.tobytes() for row in keys]
-        missing = [i for i, b in enumerate(raw) if b not in self.memo]
-        if missing:
-            if len(self.memo) + len(missing) > MEMO_MAX:
-                self.memo.clear()
-                missing = list(range(len(raw)))
-            idx = np.array(missing)
-            _, first = np.unique(keys[idx], axis=0, return_index=True)
-            todo = idx[first]
-            values = self.compute(model_id[todo], cpu[todo], free[todo])
-            for i, v in zip(todo.tolist(), values.tolist()):
-                self.memo[raw[i]] = v
-        return np.array([self.memo[b] for b in raw], dtype=np.float64)
+    def batch(self, model_id: IntArray, cpu: IntArray, free: IntArray) -> F64:
+        keys = np.column_stack((model_id, self.model.canonical_cpu(cpu), np.sort(free, axis=1))).tolist()
+        return np.array(self.lookup([tuple(k) for k in keys]), dtype=np.float64)
 
     def compute(self, model_id: IntArray, cpu: IntArray, free: IntArray) -> F64:
         """V for K states, without the memo: every placement of every typical task in one batch.
@@ -137,28 +113,6 @@ class LookaheadValue:
         return result
 
 
-class LookaheadScorer(FragScorer):
-    """FragScorer whose options are scored on the look-ahead value V instead of F."""
-
-    def __init__(self, tasks: tuple[TypicalTask, ...], weight: float) -> None:
-        super().__init__(tasks, fgd_score)
-        self.weight = weight
-        self._value: LookaheadValue | None = None
-
-    def option_scores(self, model: FragModel, model_id: IntArray, cpu: IntArray, free: IntArray,
-                      owner: IntArray, rows: IntArray, pod_cpu: int, before: F64, after: F64,
-                      leftover: F64) -> FloatArray:
-        if self._value is None or self._value.model is not model:
-            self._value = LookaheadValue(model)
-        k = len(model_id)
-        v = self._value(np.concatenate((model_id, model_id[owner])), np.concatenate((cpu, cpu[owner] - pod_cpu)),
-                        np.concatenate((free, rows)))
-        v_before, v_after = v[:k], v[k:]
-        result: FloatArray = (fgd_score(v_before[owner], v_after, leftover, rows)
-                              + self.weight * (1.0 - leftover / 1000.0))
-        return result
-
-
 class FragAware(FragScorePlugin):
     name = NAME
 
@@ -166,16 +120,13 @@ class FragAware(FragScorePlugin):
         if not 0 <= args.tightness_weight <= 100:
             raise ValueError(f"FragAware: tightnessWeight must be in 0..100, got {args.tightness_weight}")
         weight = args.tightness_weight
-        if args.lookahead:
-            super().__init__(LookaheadScorer(typical_tasks, weight))
-            return
 
-        def score(before: F64, after: F64, leftover: F64, rows: np.ndarray) -> FloatArray:
+        def score(before: F64, after: F64, leftover: F64) -> FloatArray:
             # Non-share pods have leftover 0 on every option: a constant that changes nothing.
-            result: FloatArray = fgd_score(before, after, leftover, rows) + weight * (1.0 - leftover / 1000.0)
+            result: FloatArray = fgd_score(before, after, leftover) + weight * (1.0 - leftover / 1000.0)
             return result
 
-        super().__init__(FragScorer(typical_tasks, score))
+        super().__init__(FragScorer(typical_tasks, score, LookaheadValue if args.lookahead else StateValues))
 
 
 _s: ScorePlugin = FragAware(FragAwareArgs(), ())

@@ -12,6 +12,7 @@ scorer and the simulator's metrics evaluate hundreds of nodes per call.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
@@ -23,6 +24,8 @@ from gpufleet.model import GPU_MILLI, Cluster, GpuKind, PodSpec, Usage
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
+MEMO_MAX = 500_000
+"""Memoised node states kept before a memo is cleared (bounds memory in a long-lived scheduler)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,17 @@ class FragModel:
         self.thresholds, self.task_threshold = np.unique(self.milli, return_inverse=True)
         self.thresholds = self.thresholds.astype(np.int32)
         self.needs_gpu = self.num > 0
+        cpu = self.cpu
+        self.cpu_steps: I64 = np.unique(np.concatenate([cpu, (cpu[:, None] + cpu[None, :]).ravel()]))
+        """Every CPU amount F, or F one typical task later, compares a state's free CPU with."""
+
+    def canonical_cpu(self, cpu: I64) -> I64:
+        """`cpu` rounded down to the largest CPU step (-1 below the smallest). F, and F after
+        any one typical task, are the same for both: they compare free CPU only with the steps."""
+        steps = self.cpu_steps
+        j = np.searchsorted(steps, cpu, side="right") - 1
+        out: I64 = np.where(j >= 0, steps[np.maximum(j, 0)], -1)
+        return out
 
     def batch(self, model_id: I64, free_cpu: I64, free: I64) -> F64:
         """F_n for K node states: model ids (K), free CPU (K), free milli per device (K x G)."""
@@ -111,3 +125,47 @@ class FragModel:
         c = usage.cluster
         free = np.where(c.gpu_whole_ok[idx] & usage.gpu_healthy[idx], GPU_MILLI - usage.gpu_used_milli[idx], 0)
         return self.batch(c.model_id[idx].astype(np.int64), usage.free_cpu[idx], free)
+
+
+StateKey = tuple[int, ...]
+"""A node state as `StateValues` keys it: (GPU model id, free CPU rounded down to the CPU
+steps (`FragModel.canonical_cpu`), free milli per device in ascending order)."""
+
+
+class StateValues:
+    """F of node states: in NumPy batches, or state by state through a memo.
+
+    F depends on a state's devices only as a multiset, and on its free CPU only through
+    comparisons with the CPU steps, so states that differ only in device order, or in CPU
+    no typical task can use, share one memo entry (`StateKey`)."""
+
+    def __init__(self, model: FragModel) -> None:
+        self.model = model
+        self.memo: dict[StateKey, float] = {}
+        self._steps: list[int] = model.cpu_steps.tolist()
+
+    def canonical(self, cpu: int) -> int:
+        """`FragModel.canonical_cpu` of one amount."""
+        j = bisect_right(self._steps, cpu)
+        return self._steps[j - 1] if j else -1
+
+    def compute(self, model_id: I64, cpu: I64, free: I64) -> F64:
+        """The value of K states (model ids, free CPU, free milli per device), without the memo."""
+        return self.model.batch(model_id, cpu, free)
+
+    def batch(self, model_id: I64, cpu: I64, free: I64) -> F64:
+        """The value of K states, any CPU and device order. F: computed outright, which costs
+        less than keying every state."""
+        return self.compute(model_id, cpu, free)
+
+    def lookup(self, keys: list[StateKey]) -> list[float]:
+        """The value of each state, the missing ones computed in one batch."""
+        memo = self.memo
+        missing = [k for k in dict.fromkeys(keys) if k not in memo]
+        if missing:
+            if len(memo) + len(missing) > MEMO_MAX:
+                memo.clear()
+                missing = list(dict.fromkeys(keys))
+            states = np.array(missing, dtype=np.int64)
+            memo.update(zip(missing, self.compute(states[:, 0], states[:, 1], states[:, 2:]).tolist()))
+        return [memo[k] for k in keys]
