@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, cast
 
 import numpy as np
 
@@ -74,6 +74,11 @@ rounded down to the CPU steps, free milli per device ascending, free milli of th
 with GPU-memory room ascending (only for a share that asks for GPU memory, else empty))."""
 
 
+NodeState = tuple[int, int, list[int], tuple[int, ...], list[int]]
+"""A node's state as the one-by-one path reads it: (GPU model id, free CPU, free milli per
+device, the same ascending, free GPU memory per device)."""
+
+
 class FragScorer:
     """Per-spec cached scores of a fragmentation-based policy (shared by FGD and FragAware).
 
@@ -90,6 +95,7 @@ class FragScorer:
         self._cache: dict[tuple[object, ...], tuple[F64, IntArray, IntArray]] = {}
         self._memo: dict[tuple[object, ...], dict[SpecState, tuple[float, frozenset[int]]]] = {}
         self._memo_size = 0
+        self._nodes: dict[int, NodeState] = {}
 
     def _reset(self, cluster: Cluster) -> StateValues:
         # Keyed on the cluster object itself: a freed cluster's id() can be reused.
@@ -99,6 +105,7 @@ class FragScorer:
             self._cache = {}
             self._memo = {}
             self._memo_size = 0
+            self._nodes = {}
         return self._values
 
     def scores(self, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
@@ -112,7 +119,7 @@ class FragScorer:
                      np.full(c.n_nodes, -1, dtype=np.int64))
             self._cache[key] = entry
         cached, stamp, device = entry
-        stale = nodes[stamp[nodes] != u.version[nodes]]
+        stale = nodes[(stamp != u.version)[nodes]]     # comparing whole arrays costs less than gathering two
         if len(stale):
             compute = self._one_by_one if len(stale) <= DEDUP_MIN_ROWS else self._batch
             cached[stale], device[stale] = compute(values, pod, view, stale)
@@ -156,36 +163,56 @@ class FragScorer:
         that differ only in device order share an entry. The device is the first with room
         whose free milli scores best: `_batch`'s first best option."""
         g = pod.gpu
-        model_id, cpu, free, free_mem = _states(pod, view, nodes)
-        share = g.kind is GpuKind.FRACTION
-        asks_mem = share and g.mem_mib > 0
-        rows: list[list[int]] = free.tolist()
-        room: list[list[bool]] = ((free >= g.milli) & (free_mem >= g.mem_mib)).tolist() if share else []
+        asks_mem = g.kind is GpuKind.FRACTION and g.mem_mib > 0
+        milli, mem_mib, pod_cpu = g.milli, g.mem_mib, pod.cpu_milli
         canonical = values.canonical
-        memo = self._memo.setdefault((pod.cpu_milli, g), {})
+        memo = self._memo.setdefault((pod_cpu, g), {})
+        states = self._node_states(view, nodes)
         keys: list[SpecState] = []
         missing: dict[SpecState, None] = {}
-        for i, (m, c, row) in enumerate(zip(model_id.tolist(), cpu.tolist(), rows)):
-            roomy = tuple(sorted({v for v, r in zip(row, room[i]) if r})) if asks_mem else ()
-            state = (m, canonical(c), canonical(c - pod.cpu_milli), tuple(sorted(row)), roomy)
-            keys.append(state)
-            if state not in memo:
-                missing[state] = None
+        for m, cpu, row, ordered, mem in states:
+            roomy = tuple(sorted({v for v, f in zip(row, mem) if v >= milli and f >= mem_mib})) if asks_mem else ()
+            key = (m, canonical(cpu), canonical(cpu - pod_cpu), ordered, roomy)
+            keys.append(key)
+            if key not in memo:
+                missing[key] = None
         if missing:
             if self._memo_size + len(missing) > MEMO_MAX:
-                for states in self._memo.values():
-                    states.clear()
+                for spec_memo in self._memo.values():
+                    spec_memo.clear()
                 self._memo_size = 0
                 missing = dict.fromkeys(keys)
             memo.update(self._score_states(values, pod, list(missing)))
             self._memo_size += len(missing)
-        scores = np.empty(len(keys))
-        chosen = np.full(len(keys), -1, dtype=np.int64)
-        for i, state in enumerate(keys):
-            scores[i], best_milli = memo[state]
-            if best_milli:
-                chosen[i] = next(j for j, (v, r) in enumerate(zip(rows[i], room[i])) if r and v in best_milli)
-        return scores, chosen
+        scores: list[float] = []
+        chosen: list[int] = []
+        for (_, _, row, _, mem), key in zip(states, keys):
+            score, best_milli = memo[key]
+            scores.append(score)
+            chosen.append(next(j for j, v in enumerate(row) if v in best_milli and v >= milli
+                               and (not asks_mem or mem[j] >= mem_mib)) if best_milli else -1)
+        return np.array(scores, dtype=np.float64), np.array(chosen, dtype=np.int64)
+
+    def _node_states(self, view: View, nodes: IntArray) -> list[NodeState]:
+        """The state of each of `nodes`, read from the arrays once per state stamp (a stamp
+        names one node's state in any usage), for every spec."""
+        u = view.usage
+        stamps: list[int] = u.version[nodes].tolist()
+        known = self._nodes
+        found = [known.get(stamp) for stamp in stamps]
+        todo = [i for i, state in enumerate(found) if state is None]
+        if todo:
+            if len(known) + len(todo) > MEMO_MAX:
+                known.clear()
+            # Usually one node (the last pod's): row by row costs less than gathering in batch.
+            c = view.cluster
+            for i in todo:
+                n = int(nodes[i])
+                ok = (c.gpu_whole_ok[n] & u.gpu_healthy[n]).tolist()
+                row = [GPU_MILLI - used if fine else 0 for used, fine in zip(u.gpu_used_milli[n].tolist(), ok)]
+                found[i] = known[stamps[i]] = (int(c.model_id[n]), int(u.free_cpu[n]), row, tuple(sorted(row)),
+                                               (c.gpu_mem[n] - u.gpu_used_mem[n]).tolist())
+        return cast(list[NodeState], found)
 
     def _score_states(self, values: StateValues, pod: PodSpec, states: list[SpecState]
                       ) -> dict[SpecState, tuple[float, frozenset[int]]]:

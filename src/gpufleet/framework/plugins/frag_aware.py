@@ -62,6 +62,10 @@ class LookaheadValue(StateValues):
         self.cpu_only = np.flatnonzero(num == 0)
         self.shares = np.flatnonzero((num > 0) & (model.milli < GPU_MILLI))
         self.wholes = np.flatnonzero((num > 0) & (model.milli >= GPU_MILLI))
+        self.allowed = np.where(model.needs_gpu[:, None], model.model_ok, True)
+        """allowed[m, k]: task m may run on a node of GPU model k (a CPU-only task anywhere)."""
+        self.share_milli = model.milli[self.shares][:, None, None]
+        self.whole_count = num[self.wholes]
 
     def batch(self, model_id: IntArray, cpu: IntArray, free: IntArray) -> F64:
         keys = np.column_stack((model_id, self.model.canonical_cpu(cpu), np.sort(free, axis=1))).tolist()
@@ -71,36 +75,29 @@ class LookaheadValue(StateValues):
         """V for K states, without the memo: every placement of every typical task in one batch.
 
         Options, per (task, state) that fits: a CPU-only task leaves the GPUs as they are; a
-        share goes on any device with room; whole GPUs take the first free devices."""
+        share goes on any device with room (of adjacent devices with equal free milli, which
+        leave the same multiset, the first; in the memo's sorted states, all equal devices
+        are adjacent); whole GPUs take the first free devices."""
         m = self.model
         k = free.shape[0]
         n_t = len(m.tasks)
         if n_t == 0 or k == 0:
             return m.batch(model_id, cpu, free)
-        fits = cpu[None, :] >= m.cpu[:, None]                                  # task x state
-        fits[m.needs_gpu] &= m.model_ok[m.needs_gpu][:, model_id]
-        tasks: list[IntArray] = []
-        states: list[IntArray] = []
-        rows: list[IntArray] = []
-        t, s = np.nonzero(fits[self.cpu_only])
-        tasks.append(self.cpu_only[t])
-        states.append(s)
-        rows.append(free[s])
-        share = self.shares
-        room = fits[share][:, :, None] & (free[None, :, :] >= m.milli[share][:, None, None])
-        t, s, d = np.nonzero(room)
-        after = free[s]
-        after[np.arange(len(s)), d] -= m.milli[share[t]]
-        tasks.append(share[t])
-        states.append(s)
-        rows.append(after)
+        fits = (cpu[None, :] >= m.cpu[:, None]) & self.allowed[:, model_id]   # task x state
+        t0, s0 = np.nonzero(fits[self.cpu_only])
+        # Of adjacent devices with equal free milli, a share goes on the first: the same multiset.
+        distinct = np.ones(free.shape, dtype=np.bool_)
+        distinct[:, 1:] = free[:, 1:] != free[:, :-1]
+        t1, s1, d1 = np.nonzero(fits[self.shares][:, :, None] & (free >= self.share_milli) & distinct)
+        shared = free[s1]
+        shared[np.arange(len(s1)), d1] -= self.share_milli[t1, 0, 0]
         whole = free == GPU_MILLI
-        wanted = m.num[self.wholes]
-        t, s = np.nonzero(fits[self.wholes] & (whole.sum(axis=1)[None, :] >= wanted[:, None]))
-        taken = whole[s] & (np.cumsum(whole, axis=1)[s] <= wanted[t][:, None])
-        tasks.append(self.wholes[t])
-        states.append(s)
-        rows.append(np.where(taken, 0, free[s]))
+        wanted = self.whole_count
+        t2, s2 = np.nonzero(fits[self.wholes] & (whole.sum(axis=1)[None, :] >= wanted[:, None]))
+        taken = whole[s2] & (np.cumsum(whole, axis=1)[s2] <= wanted[t2][:, None])
+        tasks = (self.cpu_only[t0], self.shares[t1], self.wholes[t2])
+        states = (s0, s1, s2)
+        rows = (free[s0], shared, np.where(taken, 0, free[s2]))
         task = np.concatenate(tasks)
         state = np.concatenate(states)
         # F of the states and of every option in one batch.
