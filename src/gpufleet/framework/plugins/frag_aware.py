@@ -43,7 +43,7 @@ class FragAwareArgs:
     """Points (of FGD's 0..100 scale) a share may gain by leaving its device full."""
     lookahead: bool = False
     """Score the change of the one-step look-ahead fragmentation V_n instead of F_n (see the
-    module docstring). Off by default; costs 2-2.5x FGD's time per pod."""
+    module docstring). Off by default; costs about 1.5x FGD's time per pod."""
 
 
 class LookaheadValue(StateValues):
