@@ -8,6 +8,7 @@ that changed one by one through memos keyed by node state with devices sorted
 from __future__ import annotations
 
 import random
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -67,7 +68,7 @@ def random_pods(rng: random.Random) -> list[PodSpec]:
     return pods
 
 
-SCORERS = {
+SCORERS: dict[str, Callable[[], FragScorer]] = {
     "FGD": lambda: Fgd(FgdArgs(TASKS)).scorer,
     "FragAware": lambda: FragAware(FragAwareArgs(), TASKS).scorer,
     "FragAware look-ahead": lambda: FragAware(FragAwareArgs(lookahead=True), TASKS).scorer,
@@ -89,6 +90,27 @@ def test_scoring_nodes_one_by_one_gives_what_one_batch_gives(policy: str, seed: 
         assert np.concatenate(parts).tolist() == at_once.tolist(), pod.uid
         assert one_by_one.devices(pod, every).tolist() == batch.devices(pod, every).tolist(), pod.uid
         assert np.isfinite(at_once).any(), pod.uid          # the cluster has room for every pod
+
+
+NO_TASKS: dict[str, tuple[Callable[[], FragScorer], float]] = {
+    "FGD": (lambda: Fgd(FgdArgs()).scorer, 50.0),
+    "FragAware": (lambda: FragAware(FragAwareArgs(), ()).scorer, 52.0),
+    "FragAware look-ahead": (lambda: FragAware(FragAwareArgs(lookahead=True), ()).scorer, 52.0),
+}
+
+
+@pytest.mark.parametrize("policy", sorted(NO_TASKS))
+def test_without_typical_tasks_every_node_scores_alike_either_way(policy: str) -> None:
+    # A profile built without the task mix (no workload seen yet): F and V are 0 everywhere,
+    # so a whole GPU scores FGD's 50 on every node (plus FragAware's full tightness weight).
+    make, expected = NO_TASKS[policy]
+    snap = random_cluster(random.Random(7), 2 * DEDUP_MIN_ROWS)
+    every = np.arange(snap.cluster.n_nodes)
+    pod = make_pod("p").cpu(1000).gpus(1).build()
+    at_once = make().scores(pod, snap, every)
+    one_by_one = make()
+    parts = [one_by_one.scores(pod, snap, every[i:i + 5]) for i in range(0, len(every), 5)]
+    assert np.concatenate(parts).tolist() == at_once.tolist() == [expected] * len(every)
 
 
 def test_distinct_rows_finds_the_rows_np_unique_finds_even_when_hashes_collide(monkeypatch: pytest.MonkeyPatch

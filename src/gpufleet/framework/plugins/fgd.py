@@ -9,10 +9,10 @@ Speed: a node's score depends only on that node's state and the pod's spec, so s
 cached per spec and recomputed only for nodes whose state stamp (`Usage.version`) changed
 since; in a cycle of thousands of pods, or a simulation of one pod per cycle, most nodes
 are unchanged between two pods of the same spec. The few nodes the last pods changed are
-scored one by one in Python through two memos (per spec, a node state's score; per state,
-its F), because NumPy's cost per call outweighs its speed on two or three rows; a spec's
-first pod scores every node in one NumPy batch. Both paths compute the same numbers
-(tests/framework/test_frag_memo.py).
+scored one by one in Python through memos (per spec, a node state's best score; per state,
+its F, or the look-ahead's V; each node's state as read once per stamp), because NumPy's
+cost per call outweighs its speed on two or three rows; a spec's first pod scores every
+node in one NumPy batch. Both paths compute the same numbers (tests/framework/test_frag_memo.py).
 """
 
 from __future__ import annotations

@@ -95,6 +95,8 @@ class FragModel:
         """`cpu` rounded down to the largest CPU step (-1 below the smallest). F, and F after
         any one typical task, are the same for both: they compare free CPU only with the steps."""
         steps = self.cpu_steps
+        if len(steps) == 0:                 # no typical tasks: no CPU amount matters
+            return np.full_like(cpu, -1)
         j = np.searchsorted(steps, cpu, side="right") - 1
         out: I64 = np.where(j >= 0, steps[np.maximum(j, 0)], -1)
         return out
