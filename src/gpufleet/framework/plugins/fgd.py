@@ -68,6 +68,11 @@ def _options(pod: PodSpec, free: np.ndarray, free_mem: np.ndarray) -> tuple[np.n
     return free, np.arange(k), np.full(k, -1)
 
 
+NODE_STATES_MAX = 50_000
+"""Node states kept by stamp before that memo is cleared: a state is read again only while
+its node stays unchanged, so recent ones suffice (about 40 MB at most)."""
+
+
 SpecState = tuple[int, int, int, tuple[int, ...], tuple[int, ...]]
 """A node state as one spec's memo keys it: (GPU model id, free CPU before and after the pod
 rounded down to the CPU steps, free milli per device ascending, free milli of the devices
@@ -202,7 +207,7 @@ class FragScorer:
         found = [known.get(stamp) for stamp in stamps]
         todo = [i for i, state in enumerate(found) if state is None]
         if todo:
-            if len(known) + len(todo) > MEMO_MAX:
+            if len(known) + len(todo) > NODE_STATES_MAX:
                 known.clear()
             # Usually one node (the last pod's): row by row costs less than gathering in batch.
             c = view.cluster
