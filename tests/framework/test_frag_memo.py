@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from gpufleet.framework.plugins import fgd
-from gpufleet.framework.plugins.fgd import DEDUP_MIN_ROWS, Fgd, FgdArgs, FragScorer, _distinct_rows
+from gpufleet.framework.plugins.fgd import ONE_BY_ONE_MAX, Fgd, FgdArgs, FragScorer, _distinct_rows
 from gpufleet.framework.plugins.frag_aware import FragAware, FragAwareArgs
 from gpufleet.framework.plugins.fragmentation import TypicalTask
 from gpufleet.model import ClusterSnapshot, NodeInfo, NodeName, Placement, PodSpec, PodUid
@@ -79,7 +79,7 @@ SCORERS: dict[str, Callable[[], FragScorer]] = {
 @pytest.mark.parametrize("policy", sorted(SCORERS))
 def test_scoring_nodes_one_by_one_gives_what_one_batch_gives(policy: str, seed: int) -> None:
     rng = random.Random(seed)
-    snap = random_cluster(rng, 3 * DEDUP_MIN_ROWS)
+    snap = random_cluster(rng, 3 * ONE_BY_ONE_MAX)
     every = np.arange(snap.cluster.n_nodes)
     for pod in random_pods(rng):
         batch: FragScorer = SCORERS[policy]()
@@ -104,7 +104,7 @@ def test_without_typical_tasks_every_node_scores_alike_either_way(policy: str) -
     # A profile built without the task mix (no workload seen yet): F and V are 0 everywhere,
     # so a whole GPU scores FGD's 50 on every node (plus FragAware's full tightness weight).
     make, expected = NO_TASKS[policy]
-    snap = random_cluster(random.Random(7), 2 * DEDUP_MIN_ROWS)
+    snap = random_cluster(random.Random(7), 2 * ONE_BY_ONE_MAX)
     every = np.arange(snap.cluster.n_nodes)
     pod = make_pod("p").cpu(1000).gpus(1).build()
     at_once = make().scores(pod, snap, every)

@@ -30,9 +30,9 @@ from gpufleet.framework.plugins.gpu_fit import default_devices
 from gpufleet.model import GPU_MILLI, Cluster, GpuKind, PodSpec
 
 NAME = "FGD"
-DEDUP_MIN_ROWS = 64
-"""Above this many stale nodes, they are scored in one NumPy batch (identical states once);
-up to it, one by one through the memos."""
+ONE_BY_ONE_MAX = 64
+"""Up to this many stale nodes are scored one by one through the memos; more, in one NumPy
+batch (identical states once)."""
 
 ScoreFn = Callable[[F64, F64, F64], FloatArray]
 """(value of the node state before, value after, milli left on the chosen device) per
@@ -99,7 +99,6 @@ class FragScorer:
         self._values: StateValues | None = None
         self._cache: dict[tuple[object, ...], tuple[F64, IntArray, IntArray]] = {}
         self._memo: dict[tuple[object, ...], dict[SpecState, tuple[float, frozenset[int]]]] = {}
-        self._memo_size = 0
         self._nodes: dict[int, NodeState] = {}
 
     def _reset(self, cluster: Cluster) -> StateValues:
@@ -109,7 +108,6 @@ class FragScorer:
             self._cluster = cluster
             self._cache = {}
             self._memo = {}
-            self._memo_size = 0
             self._nodes = {}
         return self._values
 
@@ -126,7 +124,7 @@ class FragScorer:
         cached, stamp, device = entry
         stale = nodes[(stamp != u.version)[nodes]]     # comparing whole arrays costs less than gathering two
         if len(stale):
-            compute = self._one_by_one if len(stale) <= DEDUP_MIN_ROWS else self._batch
+            compute = self._one_by_one if len(stale) <= ONE_BY_ONE_MAX else self._batch
             cached[stale], device[stale] = compute(values, pod, view, stale)
             stamp[stale] = u.version[stale]
         result: FloatArray = cached[nodes]
@@ -182,13 +180,11 @@ class FragScorer:
             if key not in memo:
                 missing[key] = None
         if missing:
-            if self._memo_size + len(missing) > MEMO_MAX:
+            if sum(map(len, self._memo.values())) + len(missing) > MEMO_MAX:
                 for spec_memo in self._memo.values():
                     spec_memo.clear()
-                self._memo_size = 0
                 missing = dict.fromkeys(keys)
             memo.update(self._score_states(values, pod, list(missing)))
-            self._memo_size += len(missing)
         scores: list[float] = []
         chosen: list[int] = []
         for (_, _, row, _, mem), key in zip(states, keys):
