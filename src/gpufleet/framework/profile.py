@@ -29,7 +29,7 @@ from gpufleet.framework.interfaces import (KEEPS_FIRST_MAX, DevicePicker, Filter
                                            PermitPlugin, Plugin, PreFilterPlugin, ReservePlugin, ScorePlugin,
                                            UniformScorePlugin)
 from gpufleet.framework.queueing import QueueingConfig
-from gpufleet.framework.registry import BuildContext, Entry, NoArgs, default_registry
+from gpufleet.framework.registry import NEEDS_TYPICAL_TASKS, BuildContext, Entry, NoArgs, default_registry
 
 DEFAULT_FILTERS = ("NodeResourcesFit", "TaintToleration", "NodeAffinity", "GpuFit")
 
@@ -54,6 +54,11 @@ class ProfileSettings:
     plugin_args: Mapping[str, Any] = field(default_factory=dict)
     """Validated `Args` dataclass per plugin name."""
     queueing: QueueingConfig = QueueingConfig()
+
+    @property
+    def needs_typical_tasks(self) -> bool:
+        """Whether a scorer reads the typical-task mix (`BuildContext`), so drivers must pass one."""
+        return any(s.name in NEEDS_TYPICAL_TASKS for s in self.scores)
 
 
 @dataclass(frozen=True, slots=True)

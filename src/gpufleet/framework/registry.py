@@ -38,6 +38,10 @@ def _plain(cls: Callable[[], Plugin]) -> Entry:
     return Entry(lambda _args, _ctx: cls())
 
 
+NEEDS_TYPICAL_TASKS = frozenset({fgd.NAME, frag_aware.NAME})
+"""Scorers that read `BuildContext.typical_tasks`; built without them they score every node alike."""
+
+
 def default_registry() -> Mapping[str, Entry]:
     return {
         node_resources.NAME: _plain(node_resources.NodeResourcesFit),

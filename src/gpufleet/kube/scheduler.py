@@ -60,8 +60,6 @@ from gpufleet.model.annotations import SCHEDULER_NAME
 log = logging.getLogger(__name__)
 PODGROUPS = "scheduling.x-k8s.io/v1alpha1"
 QUEUES = "gpufleet.io/v1alpha1"
-NEEDS_TASKS = ("Fgd", "FragAware")
-"""Plugins that need the typical-task distribution: their profile is rebuilt as the mix changes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,7 +369,7 @@ class SchedulerService:
 
     def _build_profile(self, specs: list[PodSpec]) -> Profile:
         """The built profile; rebuilt when FGD-style scorers would see a new typical-task mix."""
-        if not any(s.name in NEEDS_TASKS for s in self.profile_settings.scores):
+        if not self.profile_settings.needs_typical_tasks:
             if self._profile is None:
                 self._profile = build_profile(self.profile_settings)
             return self._profile
