@@ -1,7 +1,9 @@
-"""A straightforward per-node pure-Python scheduler: the default profile's filters and scorers,
+"""A straightforward per-node pure-Python scheduler: the `bestfit` profile's filters and scorers,
 written the way a per-node plugin framework evaluates them (one node at a time, dicts and
 lists, no NumPy). The benchmark runs it beside the vectorised core and checks that both
-choose the same node for every pod.
+choose the same node for every pod. (The default profile's look-ahead is not written so:
+per node and pod it evaluates F for every option of every typical task after every option of
+the pod, about 10^5 steps, so a per-node pure-Python version would take minutes per pod.)
 """
 
 from __future__ import annotations

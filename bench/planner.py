@@ -46,8 +46,8 @@ from gpufleet.autoscale import NodeTemplate, Plan, plan  # noqa: E402
 from gpufleet.autoscale import check as checking  # noqa: E402
 from gpufleet.autoscale.removal import Remover  # noqa: E402
 from gpufleet.core.cycle import schedule  # noqa: E402
-from gpufleet.framework.profile import Profile, build_profile  # noqa: E402
-from gpufleet.framework.profiles import builtin  # noqa: E402
+from gpufleet.framework.profile import Profile, build_for  # noqa: E402
+from gpufleet.framework.profiles import BUILTIN, builtin  # noqa: E402
 from gpufleet.model import ClusterSnapshot, GpuKind, NodeName, PodSpec, mig_slices  # noqa: E402
 from gpufleet.sim.provisioners import karpenter_batch  # noqa: E402
 
@@ -91,7 +91,7 @@ def existing(n_nodes: int, rng: random.Random) -> ClusterSnapshot:
     nodes = cluster_gen.nodes(n_nodes, rng)
     pods, groups = cluster_gen.pods(12 * n_nodes, rng, prefix="run-")
     snap = ClusterSnapshot.build(nodes, (), groups)
-    result = schedule(snap, pods, build_profile(builtin("default")), now=0.0, rng=random.Random(0))
+    result = schedule(snap, pods, build_for(builtin("default"), pods), now=0.0, rng=random.Random(0))
     return snap.apply(result.binds)
 
 
@@ -154,13 +154,15 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", default="default", choices=BUILTIN,
+                    help="the scheduler's profile, built with the pending pods' typical-task mix (default: default)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     snap = existing(args.nodes, rng)
     pods = pending(args.pods, rng)
     tpls = templates()
-    profile = build_profile(builtin("default"))
+    profile = build_for(builtin(args.profile), pods)
     search_times = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
@@ -192,7 +194,7 @@ def main() -> None:
     out = {
         "machine": f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}",
         "existing_nodes": args.nodes, "existing_gpu_use": round(used, 3), "pending_pods": len(pods),
-        "templates": len(tpls),
+        "templates": len(tpls), "profile": args.profile,
         "plan_no_check_s": [round(t, 3) for t in search_times], "plan_no_check_s_best": round(min(search_times), 3),
         "plan_s": [round(t, 3) for t in times], "plan_s_best": round(min(times), 3),
         "plan_before_s": [round(t, 3) for t in full_times], "plan_before_s_best": round(min(full_times), 3),

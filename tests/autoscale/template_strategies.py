@@ -7,10 +7,24 @@ from typing import Sequence
 from hypothesis import strategies as st
 
 from gpufleet.autoscale import NodeTemplate
+from gpufleet.framework.profile import Profile, build_for
+from gpufleet.framework.profiles import builtin
 from gpufleet.model import Taint
+from gpufleet.testing import make_pod
 
 GIB = 1024
 MODELS = ("H100-80GB", "A100-80GB", "L40S")
+MIX = [make_pod(f"mix-{cpu}-{kind}-{size}").cpu(cpu).fraction(size).build() if kind == "fraction"
+       else make_pod(f"mix-{cpu}-{kind}-{size}").cpu(cpu).gpus(size).build()
+       for cpu in (500, 2000, 8000) for kind, sizes in (("fraction", (100, 250, 500, 700)), ("whole", (1, 2, 4)))
+       for size in sizes]
+"""The typical-task mix the planner tests' profiles are built with: the sizes their pods draw."""
+PROFILE_NAMES = ("default", "bestfit")
+
+
+def profile(name: str) -> Profile:
+    """A built-in profile, built with `MIX` if it reads a typical-task mix."""
+    return build_for(builtin(name), MIX)
 
 
 @st.composite

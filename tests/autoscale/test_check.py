@@ -23,14 +23,14 @@ from gpufleet.core import faults
 from gpufleet.core.cycle import schedule
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.cycle_state import CycleState
-from gpufleet.framework.profile import Profile, build_profile
-from gpufleet.framework.profiles import builtin
+from gpufleet.framework.profile import Profile, ProfileSettings, ScoreRef, build_profile
 from gpufleet.model import Cluster, ClusterSnapshot, NodeInfo, NodeName, Placement, PodGroup, PodSpec, Usage
 from gpufleet.testing import make_node, make_pod
-from template_strategies import GIB, MODELS, templates
+from template_strategies import GIB, MODELS, PROFILE_NAMES, profile, templates
 
 MIG_LAYOUTS = ((), ("1g.10gb",) * 7)
-PROFILE = build_profile(builtin("default"))
+PROFILES = {name: profile(name) for name in PROFILE_NAMES}
+PROFILE = PROFILES["default"]
 
 
 @dataclass
@@ -116,9 +116,11 @@ def same(got: Outcome, want: CycleResult) -> None:
     assert set(got.result.unschedulable) == set(want.unschedulable)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize("name", PROFILE_NAMES)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
-def test_check_and_rerun_bind_what_a_full_schedule_binds(data: st.DataObject) -> None:
+def test_check_and_rerun_bind_what_a_full_schedule_binds(name: str, data: st.DataObject) -> None:
+    prof = PROFILES[name]
     after, done = data.draw(current())
     tpls = data.draw(templates(layouts=MIG_LAYOUTS, cpu_template=True))
     left, groups = data.draw(pods("p", 16))
@@ -128,10 +130,10 @@ def test_check_and_rerun_bind_what_a_full_schedule_binds(data: st.DataObject) ->
     after = after.with_pod_groups(groups)
     planned = [(NodeName(f"planned-{k:05d}-x"), data.draw(st.integers(0, len(tpls) - 1)))
                for k in range(data.draw(st.integers(0, 6)))]
-    check = Check(after, left, tpls, PROFILE, 0.0)
+    check = Check(after, left, tpls, prof, 0.0)
     assert check.incremental
     outcome = check.run(planned)
-    same(outcome, full(after, done, planned, tpls, left, groups, PROFILE))
+    same(outcome, full(after, done, planned, tpls, left, groups, prof))
     named = len(planned)
     for _ in range(3):
         # drop some nodes that got no pod, add some named after every node so far
@@ -143,7 +145,7 @@ def test_check_and_rerun_bind_what_a_full_schedule_binds(data: st.DataObject) ->
         named += count
         planned = [x for x in planned if x not in gone] + new
         outcome = check.rerun(outcome, planned)
-        same(outcome, full(after, done, planned, tpls, left, groups, PROFILE))
+        same(outcome, full(after, done, planned, tpls, left, groups, prof))
 
 
 def test_a_change_that_cannot_matter_schedules_nothing_again() -> None:
@@ -226,16 +228,20 @@ def test_a_new_node_that_sorts_before_others_means_a_full_run() -> None:
 
 
 def test_profiles_with_other_plugins_check_in_full() -> None:
-    assert node_local(PROFILE)
-    assert not node_local(build_profile(builtin("fgd")))
+    assert all(node_local(p) for p in PROFILES.values()) and node_local(profile("fgd"))
+    random_score = build_profile(ProfileSettings(scores=(ScoreRef("Random"),)))
+    assert not node_local(random_score)
     tpls = [NodeTemplate("h1", 16_000, 64 * GIB, 1.0, gpu_model="H100-80GB", gpus=1, gpu_mem_mib=80 * GIB)]
     left = [make_pod(f"p{k}").cpu(1000).gpus(1).created(float(k)).build() for k in range(2)]
-    for check in (Check(ClusterSnapshot.build([]), left, tpls, build_profile(builtin("fgd")), 0.0),
-                  Check(ClusterSnapshot.build([]), left, tpls, PROFILE, 0.0, incremental=False)):
+    empty = ClusterSnapshot.build([])
+    for prof, incremental in ((random_score, True), (PROFILE, False)):
+        check = Check(empty, left, tpls, prof, 0.0, incremental=incremental)
         first = check.run([(NodeName("planned-00000"), 0), (NodeName("planned-00001"), 0),
                            (NodeName("planned-00002"), 0)])
-        again = check.rerun(first, [(NodeName("planned-00000"), 0), (NodeName("planned-00001"), 0)])
-        assert not check.incremental and again.scheduled == 4 and again.result.binds == first.result.binds
+        kept = [(NodeName("planned-00000"), 0), (NodeName("planned-00001"), 0)]
+        again = check.rerun(first, kept)
+        assert not check.incremental and again.scheduled == 4
+        same(again, full(empty, [], kept, tpls, left, [], prof))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -255,30 +261,33 @@ def _key(p: Plan) -> tuple[object, ...]:
     return (p.add, p.remove, p.fits_now, sorted(p.unplaceable), p.cost_per_hour_added)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize("name", PROFILE_NAMES)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
-def test_plan_is_the_same_with_every_check_in_full(data: st.DataObject) -> None:
+def test_plan_is_the_same_with_every_check_in_full(name: str, data: st.DataObject) -> None:
     after, _ = data.draw(current())
     tpls = data.draw(templates(layouts=MIG_LAYOUTS, cpu_template=True))
     pending, groups = data.draw(pods("p", 24))
     snap = after.with_pod_groups(groups)
-    fast = plan(pending, tpls, snap)
+    fast = plan(pending, tpls, snap, profile=PROFILES[name])
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(checking, "node_local", lambda profile: False)
-        slow = plan(pending, tpls, snap)
+        slow = plan(pending, tpls, snap, profile=PROFILES[name])
     assert _key(fast) == _key(slow)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize("name", PROFILE_NAMES)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
-def test_showing_one_empty_node_per_template_changes_no_decision_and_no_reason(data: st.DataObject) -> None:
+def test_showing_one_empty_node_per_template_changes_no_decision_and_no_reason(name: str,
+                                                                              data: st.DataObject) -> None:
     after, _ = data.draw(current())
     tpls = data.draw(templates(layouts=MIG_LAYOUTS, cpu_template=True))
     left, groups = data.draw(pods("p", 16))
     after = after.with_pod_groups(groups)
     planned = [(NodeName(f"planned-{k:05d}"), data.draw(st.integers(0, min(2, len(tpls) - 1))))
                for k in range(data.draw(st.integers(0, 10)))]
-    check = Check(after, left, tpls, PROFILE, 0.0)
+    check = Check(after, left, tpls, PROFILES[name], 0.0)
     snap = check.snapshot(planned)
     hiding = check.checking_profile(snap, planned)
     assert any(isinstance(f, checking.FreshFirst) for f in hiding.filters)

@@ -15,14 +15,12 @@ from hypothesis import strategies as st
 
 from gpufleet.autoscale import TEMPLATE_LABEL, NodeTemplate, plan
 from gpufleet.core.cycle import schedule
-from gpufleet.framework.profile import build_profile
-from gpufleet.framework.profiles import builtin
 from gpufleet.model import ClusterSnapshot, NodeInfo, PodGroup, PodSpec
 from gpufleet.testing import make_node, make_pod
-from template_strategies import GIB, MODELS, templates
+from template_strategies import GIB, MODELS, profile, templates
 
 MIG_LAYOUTS = ((), ("1g.10gb",) * 7, ("3g.40gb", "3g.40gb"))
-PROFILE = build_profile(builtin("default"))
+PROFILE = profile("default")
 
 
 @st.composite
@@ -70,7 +68,7 @@ def test_served_pods_are_bound_by_the_scheduler_and_pool_limits_hold(data: st.Da
     pods, groups = data.draw(pending())
     nodes = data.draw(cluster(tpls))
     snap = ClusterSnapshot.build(nodes, (), groups)
-    result = plan(pods, tpls, snap)
+    result = plan(pods, tpls, snap, profile=PROFILE)
 
     uids = {p.uid for p in pods}
     fits, served, out = set(result.fits_now), result.served, set(result.unplaceable)

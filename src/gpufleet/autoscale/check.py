@@ -41,8 +41,10 @@ the planned nodes; `tests/autoscale/test_check.py` compares them on random cases
 Savings 2, 3 and 4 need plugins that judge and score each node on its own state, do not draw
 random numbers and normalise (if at all) by min-max: the in-tree filters, `BestFit`,
 `DotProduct`, `GpuPacking`, `GpuClustering`, `MostAllocated`, `LeastAllocated`, `Topology`,
-`PreferUsedNodes` and `RecentFaults`. With any other plugin (FGD's scorers, `Random`, an
-out-of-tree one) or with pre-filter or permit plugins every check is a full `schedule()`.
+`PreferUsedNodes`, `RecentFaults`, and `FGD` and `FragAware` (a node's score is a function of
+its own state and the fixed typical-task mix; they do not normalise). With any other plugin
+(`Random`, an out-of-tree one) or with pre-filter or permit plugins every check is a full
+`schedule()`.
 
 Checks do not explain why a pod is unschedulable (`schedule(explain=False)`): the plan
 reads only who was bound where.
@@ -66,7 +68,9 @@ from gpufleet.core.cycle import constraint_key, schedule
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.cycle_state import CycleState
 from gpufleet.framework.interfaces import FilterPlugin, ReservePlugin, View
+from gpufleet.framework.plugins.fgd import Fgd
 from gpufleet.framework.plugins.fgd_baselines import BestFit, DotProduct, GpuClustering, GpuPacking
+from gpufleet.framework.plugins.frag_aware import FragAware
 from gpufleet.framework.plugins.gpu_fit import GpuFit
 from gpufleet.framework.plugins.node_affinity import NodeAffinity
 from gpufleet.framework.plugins.node_resources import NodeResourcesFit
@@ -82,10 +86,11 @@ from gpufleet.model import Cluster, ClusterSnapshot, NodeInfo, NodeName, Placeme
 NODE_LOCAL_FILTERS: frozenset[type] = frozenset({NodeResourcesFit, TaintTolerationFilter, NodeAffinity, GpuFit})
 """Filters that judge a node on its own state only."""
 NODE_LOCAL_SCORES: frozenset[type] = frozenset({BestFit, DotProduct, GpuPacking, GpuClustering, MostAllocated,
-                                                LeastAllocated, Topology, PreferUsedNodes, RecentFaults})
+                                                LeastAllocated, Topology, PreferUsedNodes, RecentFaults, Fgd,
+                                                FragAware})
 """Scorers that score a node on its own state (and the gang's chosen nodes), draw no random
 numbers and normalise, if at all, by min-max over the feasible nodes (BestFit)."""
-NODE_LOCAL_OTHERS: frozenset[type] = frozenset({Topology, BestFit, DotProduct, GpuPacking, GpuFit})
+NODE_LOCAL_OTHERS: frozenset[type] = frozenset({Topology, BestFit, DotProduct, GpuPacking, GpuFit, Fgd, FragAware})
 """Reserve plugins and device pickers that keep to the chosen node (and the gang's state)."""
 
 NEVER = 1 << 62

@@ -29,7 +29,7 @@ from gpufleet.autoscale.removal import RemovalSettings, removals
 from gpufleet.autoscale.template import TEMPLATE_LABEL, NodeTemplate
 from gpufleet.core.cycle import schedule
 from gpufleet.core.result import CycleResult
-from gpufleet.framework.profile import Profile, build_profile
+from gpufleet.framework.profile import Profile, build_for
 from gpufleet.framework.profiles import builtin
 from gpufleet.model import ClusterSnapshot, ModelError, NodeInfo, NodeName, PodSpec, PodUid
 
@@ -105,7 +105,8 @@ def plan(pending: Sequence[PodSpec], templates: Sequence[NodeTemplate], snapshot
          check: bool = True) -> Plan:
     """Nodes to add so that the pending pods can run, and GPU nodes to remove.
 
-    `profile` is the scheduler's (default: the built-in default profile). `running_specs`
+    `profile` is the scheduler's (default: the built-in default profile, with the typical-task
+    mix of the pending and running pods given, as the live scheduler builds it). `running_specs`
     gives the constraints of running pods for consolidation; without them a running pod is
     assumed to need its node's GPU model and to tolerate only its node's taints.
 
@@ -115,7 +116,7 @@ def plan(pending: Sequence[PodSpec], templates: Sequence[NodeTemplate], snapshot
     names = [t.name for t in templates]
     if len(set(names)) != len(names):
         raise ModelError("node templates: name", f"template names must be unique, got {names}")
-    prof = profile if profile is not None else build_profile(builtin("default"))
+    prof = profile if profile is not None else build_for(builtin("default"), [*pending, *running_specs.values()])
     first = schedule(snapshot, pending, checking.cycle_profile(prof, pending, now), now=now, rng=random.Random(0),
                      explain=False)  # the pods left are packed, whatever the reason
     after = snapshot.apply(first.binds)

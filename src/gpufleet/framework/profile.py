@@ -21,15 +21,17 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, get_args, get_origin, get_type_hints
+from typing import Any, Callable, Iterable, Mapping, get_args, get_origin, get_type_hints
 
 import yaml
 
 from gpufleet.framework.interfaces import (KEEPS_FIRST_MAX, DevicePicker, FilterPlugin, NormalizeScorePlugin,
                                            PermitPlugin, Plugin, PreFilterPlugin, ReservePlugin, ScorePlugin,
                                            UniformScorePlugin)
+from gpufleet.framework.plugins.fragmentation import TypicalTask, typical_tasks
 from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.framework.registry import NEEDS_TYPICAL_TASKS, BuildContext, Entry, NoArgs, default_registry
+from gpufleet.model import PodSpec
 
 DEFAULT_FILTERS = ("NodeResourcesFit", "TaintToleration", "NodeAffinity", "GpuFit")
 
@@ -80,6 +82,37 @@ class Profile:
     keeps_first_max: tuple[bool, ...] = ()
     """Per entry of `scores`: whether its normalisation keeps the first highest raw score first
     (`interfaces.KEEPS_FIRST_MAX`)."""
+
+
+def build_for(settings: ProfileSettings, pods: Iterable[PodSpec]) -> Profile:
+    """`build_profile` with the typical-task mix of `pods` (FGD's rule, `typical_tasks`) when a
+    scorer of the profile reads one, as the live scheduler does with the pods it sees."""
+    if not settings.needs_typical_tasks:
+        return build_profile(settings)
+    return build_profile(settings, BuildContext(typical_tasks(pods)))
+
+
+class ProfileForMix:
+    """A profile kept built for the pods a long-running driver sees (the live scheduler, a
+    simulated autoscaler): built once, or, when a scorer reads the typical-task mix, rebuilt
+    whenever the mix of the pods changes (`build_for`)."""
+
+    def __init__(self, settings: ProfileSettings) -> None:
+        self.settings = settings
+        self._profile: Profile | None = None
+        self._tasks: tuple[TypicalTask, ...] = ()
+
+    def get(self, pods: Callable[[], Iterable[PodSpec]]) -> Profile:
+        """The profile for the pods `pods()` gives (called only if the profile reads the mix)."""
+        if not self.settings.needs_typical_tasks:
+            if self._profile is None:
+                self._profile = build_profile(self.settings)
+            return self._profile
+        tasks = typical_tasks(pods())
+        if self._profile is None or tasks != self._tasks:
+            self._profile = build_profile(self.settings, BuildContext(tasks))
+            self._tasks = tasks
+        return self._profile
 
 
 def build_profile(settings: ProfileSettings, context: BuildContext = BuildContext(),

@@ -38,9 +38,8 @@ import numpy as np
 
 from gpufleet.core.cycle import schedule
 from gpufleet.core.result import Eviction
-from gpufleet.framework.plugins.fragmentation import FragModel, TypicalTask, typical_tasks
-from gpufleet.framework.profile import Profile, ProfileSettings, build_profile
-from gpufleet.framework.registry import BuildContext
+from gpufleet.framework.plugins.fragmentation import FragModel, typical_tasks
+from gpufleet.framework.profile import Profile, ProfileForMix, ProfileSettings
 from gpufleet.kube import translate
 from gpufleet.kube.binder import GATED_MESSAGE, UNSCHEDULABLE, Binder, status_is
 from gpufleet.kube.cache import Pending, SchedulerCache
@@ -110,8 +109,7 @@ class SchedulerService:
         self.elector = (LeaderElector(rest, settings.identity, settings.leader_election)
                         if settings.leader_election else None)
         self.cycles = 0
-        self._profile: Profile | None = None
-        self._profile_tasks: tuple[TypicalTask, ...] = ()
+        self._profiles = ProfileForMix(profile)
         self._written: dict[str, tuple[str, float]] = {}
         """Pod key -> the reason/message last written, so an unchanged condition is not rewritten."""
         self._groups_written: dict[str, Mapping[str, Any]] = {}
@@ -369,15 +367,7 @@ class SchedulerService:
 
     def _build_profile(self, specs: list[PodSpec]) -> Profile:
         """The built profile; rebuilt when FGD-style scorers would see a new typical-task mix."""
-        if not self.profile_settings.needs_typical_tasks:
-            if self._profile is None:
-                self._profile = build_profile(self.profile_settings)
-            return self._profile
-        tasks = typical_tasks([*self._bound_specs(), *specs])
-        if self._profile is None or tasks != self._profile_tasks:
-            self._profile = build_profile(self.profile_settings, BuildContext(tasks))
-            self._profile_tasks = tasks
-        return self._profile
+        return self._profiles.get(lambda: [*self._bound_specs(), *specs])
 
     def _bound_specs(self) -> list[PodSpec]:
         return self.cache.bound_specs()

@@ -11,7 +11,8 @@ independent of scheduling; sim/faults.py) and differs only in how the cluster re
 - unhealthy-forever: NVIDIA's device plugin: the GPU is Unhealthy until its node restarts,
   survivors hang until the timeout.
 
-All arms place pods with the default profile's plugins in kube-scheduler's order (priority,
+All arms place pods with the `bestfit` profile's plugins (the default profile when these figures
+were measured) in kube-scheduler's order (priority,
 then age; the trace has no priorities, so arrival order). The workload's queues are dropped:
 queue order is not what this experiment compares, and the queue-aware path costs the replay
 ten times more. Jobs checkpoint every `checkpoint_s` and restart from the
@@ -45,7 +46,7 @@ PER_SEED = ("faults", "gpu_hours_lost_to_faults", "gpu_hours_out_of_service", "j
 def profile_for(arm: str) -> Profile:
     if arm not in POLICIES:
         raise ModelError("--policies", f"unknown fault policy {arm!r}; known: {', '.join(POLICIES)}")
-    settings = dataclasses.replace(builtin("default"), name=arm, queueing=QueueingConfig())
+    settings = dataclasses.replace(builtin("bestfit"), name=arm, queueing=QueueingConfig())
     if not POLICIES[arm].avoid_recent:
         settings = dataclasses.replace(settings, scores=tuple(s for s in settings.scores if s.name != RECENT_FAULTS))
     return build_profile(settings)

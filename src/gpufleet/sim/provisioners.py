@@ -55,7 +55,7 @@ from gpufleet.autoscale.fit import Demand, Room, no_template_reason, static_reas
 from gpufleet.autoscale.removal import RemovalSettings, node_prices, removals
 from gpufleet.autoscale.template import TEMPLATE_LABEL
 from gpufleet.core.cycle import schedule
-from gpufleet.framework.profile import Profile, build_profile
+from gpufleet.framework.profile import Profile, ProfileForMix
 from gpufleet.framework.profiles import builtin
 from gpufleet.model import (Cluster, ClusterSnapshot, GpuKind, ModelError, NodeInfo, NodeName, PodSpec, PodUid,
                             Usage, mig, whole_gpus)
@@ -412,7 +412,10 @@ class GpufleetPlanner:
         self.templates = list(templates)
         self.settings = settings
         self.interval_s = settings.interval_s
-        self.profile = profile if profile is not None else build_profile(builtin("default"))
+        self.profile = profile
+        """The simulated scheduler's; None: the default profile for the pods seen, as the live
+        scheduler builds it."""
+        self._default = ProfileForMix(builtin("default"))
         self.max_removal_checks = max_removal_checks
         self.batcher = _Batcher(settings)
         self.consolidation = _Consolidation(settings)
@@ -423,9 +426,10 @@ class GpufleetPlanner:
     def step(self, now: float, snapshot: ClusterSnapshot, pending: Sequence[PodSpec],
              launching: Sequence[NewNode]) -> ScaleStep:
         self.specs.update((p.uid, p) for p in pending)
+        profile = self.profile if self.profile is not None else self._default.get(lambda: self.specs.values())
         add: tuple[NewNode, ...] = ()
         if self.batcher.due(now, pending, launching):
-            result = plan(pending, self.templates, with_launching(snapshot, launching), profile=self.profile,
+            result = plan(pending, self.templates, with_launching(snapshot, launching), profile=profile,
                           max_removals=0, now=now)
             taken = _taken(snapshot, launching)
             nodes = []
@@ -436,17 +440,17 @@ class GpufleetPlanner:
             add = tuple(nodes)
         remove: tuple[NodeName, ...] = ()
         if self.consolidation.due(now):
-            remove = self.consolidation.ripe(now, self._removable(now, snapshot, pending, launching),
+            remove = self.consolidation.ripe(now, self._removable(now, snapshot, pending, launching, profile),
                                              snapshot.cluster.n_nodes)
         return ScaleStep(add, remove)
 
     def _removable(self, now: float, snapshot: ClusterSnapshot, pending: Sequence[PodSpec],
-                   launching: Sequence[NewNode]) -> tuple[NodeName, ...]:
+                   launching: Sequence[NewNode], profile: Profile) -> tuple[NodeName, ...]:
         if not any(snapshot.cluster.gpu_count):
             return ()
         after = snapshot
         if pending:
-            first = schedule(with_launching(snapshot, launching), pending, self.profile, now=now,
+            first = schedule(with_launching(snapshot, launching), pending, profile, now=now,
                              rng=random.Random(0))
             after = snapshot.apply([b for b in first.binds if b.node in snapshot.cluster.index])
         if self.consolidation_mode == "idle":
@@ -454,4 +458,4 @@ class GpufleetPlanner:
         running, waiting = after.placements, {p.uid for p in pending}
         self.specs = {uid: s for uid, s in self.specs.items() if uid in running or uid in waiting}
         settings = RemovalSettings(max_removals=snapshot.cluster.n_nodes, max_checks=self.max_removal_checks)
-        return removals(after, self.templates, self.profile, specs=self.specs, settings=settings, now=now)
+        return removals(after, self.templates, profile, specs=self.specs, settings=settings, now=now)

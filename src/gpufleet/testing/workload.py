@@ -24,7 +24,7 @@ from collections import defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
 from gpufleet.core.cycle import schedule
-from gpufleet.framework.profile import build_profile
+from gpufleet.framework.profile import build_for
 from gpufleet.framework.profiles import builtin
 from gpufleet.kube import translate
 from gpufleet.kube.cache import SchedulerCache
@@ -210,5 +210,6 @@ def placeable(pods: Iterable[Obj], nodes: Iterable[Obj], groups: Iterable[Obj] =
     if not pending:
         return []
     specs = [p.spec for p in cache.pending() if p.spec is not None]
-    result = schedule(cache.snapshot(), specs, build_profile(builtin("default")), now=0.0, rng=random.Random(0))
+    profile = build_for(builtin("default"), [*cache.bound_specs(), *specs])   # as the live scheduler builds it
+    result = schedule(cache.snapshot(), specs, profile, now=0.0, rng=random.Random(0))
     return [f"{pending[b.pod]} fits on {b.node}" for b in result.binds]

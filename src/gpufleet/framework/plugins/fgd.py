@@ -96,19 +96,25 @@ class FragScorer:
         self.score_fn = score_fn
         self._new_values = values
         self._cluster: Cluster | None = None
+        self._models: tuple[str, ...] = ()
         self._values: StateValues | None = None
         self._cache: dict[tuple[object, ...], tuple[F64, IntArray, IntArray]] = {}
         self._memo: dict[tuple[object, ...], dict[SpecState, tuple[float, frozenset[int]]]] = {}
         self._nodes: dict[int, NodeState] = {}
 
     def _reset(self, cluster: Cluster) -> StateValues:
-        # Keyed on the cluster object itself: a freed cluster's id() can be reused.
+        # Per-node scores are keyed on the cluster object itself (a freed cluster's id() can
+        # be reused). States, and their values, mean the same in any cluster with the same GPU
+        # models (model ids index them; stamps are process-unique), so those memos carry over:
+        # the simulator and the planner's checks build new clusters as nodes come and go.
         if self._values is None or self._cluster is not cluster:
-            self._values = self._new_values(FragModel(cluster, self.tasks))
+            if self._values is None or self._models != cluster.models:
+                self._values = self._new_values(FragModel(cluster, self.tasks))
+                self._models = cluster.models
+                self._memo = {}
+                self._nodes = {}
             self._cluster = cluster
             self._cache = {}
-            self._memo = {}
-            self._nodes = {}
         return self._values
 
     def scores(self, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:

@@ -1,4 +1,5 @@
-"""Profiles shipped with gpufleet: `default`, `fgd` and `gpufleet` (fragmentation-aware)."""
+"""Profiles shipped with gpufleet: `default` (the fragmentation-aware look-ahead), `bestfit`
+(the cheaper former default), `fgd`, `gpufleet` and `gpufleet-lookahead` (docs/concepts.md)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from importlib import resources
 
 from gpufleet.framework.profile import ProfileSettings, load_profiles
 
-BUILTIN = ("default", "fgd", "gpufleet", "gpufleet-lookahead")
+BUILTIN = ("default", "bestfit", "fgd", "gpufleet", "gpufleet-lookahead")
 
 
 def builtin(name: str = "default") -> ProfileSettings:
