@@ -45,9 +45,11 @@ import cluster_gen  # noqa: E402
 from gpufleet.autoscale import NodeTemplate, Plan, plan  # noqa: E402
 from gpufleet.autoscale import check as checking  # noqa: E402
 from gpufleet.autoscale.removal import Remover  # noqa: E402
+from gpufleet.core import cycle as core_cycle  # noqa: E402
 from gpufleet.core.cycle import schedule  # noqa: E402
 from gpufleet.framework.profile import Profile, build_for  # noqa: E402
 from gpufleet.framework.profiles import BUILTIN, builtin  # noqa: E402
+from gpufleet.framework.queueing import QueueingConfig  # noqa: E402
 from gpufleet.model import ClusterSnapshot, GpuKind, NodeName, PodSpec, mig_slices  # noqa: E402
 from gpufleet.sim.provisioners import karpenter_batch  # noqa: E402
 
@@ -125,6 +127,8 @@ def before(*, repair: bool = True) -> Iterator[None]:
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(patched(checking, "cycle_profile", same_profile))
+        stack.enter_context(patched(core_cycle, "plain_without_queues",
+                                    lambda q, pods, now: q == QueueingConfig()))
         stack.enter_context(patched(checking, "node_local", lambda p: False))
         stack.enter_context(patched(Remover, "_each_fits_somewhere", lambda self, trial, specs: True))
         if repair:

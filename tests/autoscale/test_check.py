@@ -9,6 +9,7 @@ unhealthy GPU), templates, pods and changes of the planned nodes.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -21,9 +22,11 @@ from gpufleet.autoscale import check as checking
 from gpufleet.autoscale.check import Check, Outcome, cycle_profile, node_local
 from gpufleet.core import faults
 from gpufleet.core.cycle import schedule
+from gpufleet.core.queued import QueueContext
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.cycle_state import CycleState
 from gpufleet.framework.profile import Profile, ProfileSettings, ScoreRef, build_profile
+from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.model import Cluster, ClusterSnapshot, NodeInfo, NodeName, Placement, PodGroup, PodSpec, Usage
 from gpufleet.testing import make_node, make_pod
 from template_strategies import GIB, MODELS, PROFILE_NAMES, profile, templates
@@ -249,12 +252,13 @@ def test_profiles_with_other_plugins_check_in_full() -> None:
 def test_the_plain_loop_binds_what_the_queue_aware_loop_binds_without_queues(data: st.DataObject) -> None:
     after, _ = data.draw(current())
     pending, groups = data.draw(pods("p", 16))
+    pending = [dataclasses.replace(p, queue=data.draw(st.sampled_from(("default", "team-a")))) for p in pending]
     snap = after.with_pod_groups(groups)
     plain = cycle_profile(PROFILE, pending, 0.0)
-    assert plain.queueing != PROFILE.queueing
-    want = schedule(snap, pending, PROFILE, now=0.0, rng=random.Random(0))
-    got = schedule(snap, pending, plain, now=0.0, rng=random.Random(0))
-    assert got == want
+    assert plain.queueing != PROFILE.queueing and plain.queueing == QueueingConfig()
+    want = schedule(snap, pending, PROFILE, now=0.0, rng=random.Random(0), queues=QueueContext())  # queue-aware
+    assert schedule(snap, pending, plain, now=0.0, rng=random.Random(0)) == want
+    assert schedule(snap, pending, PROFILE, now=0.0, rng=random.Random(0)) == want  # the core's own shortcut
 
 
 def _key(p: Plan) -> tuple[object, ...]:

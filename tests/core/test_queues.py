@@ -7,7 +7,7 @@ from typing import Sequence
 
 import pytest
 
-from gpufleet.core.cycle import schedule
+from gpufleet.core.cycle import plain_without_queues, schedule
 from gpufleet.core.queued import QueueContext
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.profile import ProfileSettings, build_profile
@@ -314,3 +314,15 @@ def test_no_nodes_are_held_for_a_starving_pod_its_queue_limit_keeps_out() -> Non
     result = run(snap, [old, *others], cfg, [Queue("a", limit={"gpu": 4 * G}), Queue("b")])
     assert "limit" in result.unschedulable[old.uid].message
     assert "held" not in result.unschedulable[old.uid].message and len(result.binds) == 4
+
+
+def test_without_queues_the_plain_loop_is_taken_only_where_it_binds_the_same() -> None:
+    pods = [make_pod("a").created(0.0).build()]
+    assert plain_without_queues(QueueingConfig(), pods, 10.0)
+    assert plain_without_queues(QueueingConfig(order="fair", reclaim=True), pods, 10.0)
+    assert not plain_without_queues(QueueingConfig(order="fair", preemption=True), pods, 10.0)
+    assert not plain_without_queues(QueueingConfig(order="fifo"), pods, 10.0)
+    assert not plain_without_queues(QueueingConfig(order="las"), pods, 10.0)
+    bound = QueueingConfig(order="fair", starvation_bound_seconds=60.0)
+    assert plain_without_queues(bound, pods, 59.0)
+    assert not plain_without_queues(bound, pods, 60.0)  # nodes may be held for the starving pod

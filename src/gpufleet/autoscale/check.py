@@ -64,7 +64,7 @@ import numpy.typing as npt
 
 from gpufleet.autoscale.template import NodeTemplate
 from gpufleet.core import ordering
-from gpufleet.core.cycle import constraint_key, schedule
+from gpufleet.core.cycle import constraint_key, plain_without_queues, schedule
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.cycle_state import CycleState
 from gpufleet.framework.interfaces import FilterPlugin, ReservePlugin, View
@@ -100,17 +100,10 @@ BoolArray = npt.NDArray[np.bool_]
 
 
 def cycle_profile(profile: Profile, pods: Iterable[PodSpec], now: float) -> Profile:
-    """`profile` with the plain kube-scheduler loop when, without queues, that binds the same.
-
-    Without a `QueueContext` every pod is in the `default` queue: fair order is then priority
-    order, limits and guarantees are absent and reclaim has no other queue to take from. So
-    the queue-aware path binds, marks unschedulable, evicts and nominates exactly what the
-    plain loop does, unless priority preemption is on (victims in the same queue), the order
-    is fifo or las (another key), or a pod has waited past the starvation bound."""
-    q = profile.queueing
-    if q == QueueingConfig() or q.order not in ("fair", "priority") or q.preemption:
-        return profile
-    if q.starvation_bound_seconds > 0 and any(now - p.created_s >= q.starvation_bound_seconds for p in pods):
+    """`profile` with the plain kube-scheduler loop when, without queues, that binds the same
+    (`core.cycle.plain_without_queues`). `schedule()` without queues takes that loop itself;
+    the check's savings also need to know it (`Check.incremental`)."""
+    if profile.queueing == QueueingConfig() or not plain_without_queues(profile.queueing, pods, now):
         return profile
     return dataclasses.replace(profile, queueing=QueueingConfig())
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -275,7 +275,7 @@ def schedule(snapshot: ClusterSnapshot, pending: Sequence[PodSpec], profile: Pro
              now: float, rng: random.Random, queues: QueueContext | None = None, explain: bool = True) -> CycleResult:
     """Place as many `pending` pods as the profile allows; never mutates `snapshot`.
 
-    Without queues and with the profile's default queueing (priority order, no preemption)
+    Without queues, and with queueing that binds the same with one queue (`plain_without_queues`),
     this is kube-scheduler's loop; otherwise `core.queued` orders units across queues,
     enforces queue limits, holds nodes for starving units and preempts (see its docstring).
 
@@ -284,10 +284,28 @@ def schedule(snapshot: ClusterSnapshot, pending: Sequence[PodSpec], profile: Pro
     per filter reason, which takes each filter again over every node.
     """
     cycle = _Cycle(snapshot, profile, now, rng, explain)
-    if queues is None and profile.queueing == QueueingConfig():
+    if queues is None and plain_without_queues(profile.queueing, pending, now):
         for unit in ordering.order(pending):
             cycle.run_unit(unit)
     else:
         queued.run(cycle, pending, profile.queueing, queues or QueueContext())
     return CycleResult(tuple(cycle.binds), tuple(cycle.evictions), dict(cycle.unschedulable),
                        tuple(cycle.nominated))
+
+
+def plain_without_queues(q: QueueingConfig, pending: Iterable[PodSpec], now: float) -> bool:
+    """Whether, without a `QueueContext`, kube-scheduler's loop binds, marks unschedulable,
+    evicts and nominates exactly what the queue-aware path does with `q`.
+
+    Without queues every pod is in the `default` queue: fair order is then priority order,
+    no queue limit or guarantee applies and reclaim has no other queue to take from. So it
+    does, unless priority preemption is on (victims in the same queue), the order is fifo or
+    las (another key), or a pod has waited past the starvation bound (nodes are held for it).
+    The queue-aware path's accounting costs about a quarter of a cycle's time
+    (docs/performance.md), which a cluster without Queue objects need not pay."""
+    if q == QueueingConfig():
+        return True
+    if q.order not in ("fair", "priority") or q.preemption:
+        return False
+    bound = q.starvation_bound_seconds
+    return not (bound > 0 and any(now - p.created_s >= bound for p in pending))
