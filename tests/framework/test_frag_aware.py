@@ -117,7 +117,9 @@ def brute_value(model: FragModel, tasks: tuple[TypicalTask, ...], m: int, c: int
 
 TWO_MODELS = ClusterSnapshot.build([make_node("a").cpu(16_000).gpus(4, model="A100-80GB").build(),
                                     make_node("t").cpu(16_000).gpus(4, model="T4").build()]).cluster
-MIXED = MIX + (TypicalTask(3000, 300, 1, frozenset({"T4"}), 0.15), TypicalTask(2000, 1000, 4, ANY_A100, 0.05))
+MIXED = MIX + (TypicalTask(3000, 300, 1, frozenset({"T4"}), 0.15), TypicalTask(2000, 1000, 4, ANY_A100, 0.05),
+               # the same sizes as a task above, other GPU models: one class of placements, gated per task
+               TypicalTask(3000, 300, 1, ANY_A100, 0.1), TypicalTask(2000, 500, 1, frozenset({"T4"}), 0.05))
 
 
 def random_states(k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -58,13 +58,19 @@ class LookaheadValue(StateValues):
 
     def __init__(self, model: FragModel) -> None:
         super().__init__(model)
-        num = model.num
+        # Tasks that differ only in the GPU models they allow have the same placements on a
+        # state they may use: their options are evaluated once, per class of (CPU, milli, GPUs).
+        sizes = np.column_stack((model.cpu, model.milli, model.num))
+        classes, task_class = np.unique(sizes, axis=0, return_inverse=True)
+        self.task_class = task_class.ravel()
+        cpu, milli, num = classes[:, 0], classes[:, 1], classes[:, 2]
+        self.class_cpu = cpu
         self.cpu_only = np.flatnonzero(num == 0)
-        self.shares = np.flatnonzero((num > 0) & (model.milli < GPU_MILLI))
-        self.wholes = np.flatnonzero((num > 0) & (model.milli >= GPU_MILLI))
+        self.shares = np.flatnonzero((num > 0) & (milli < GPU_MILLI))
+        self.wholes = np.flatnonzero((num > 0) & (milli >= GPU_MILLI))
         self.allowed = np.where(model.needs_gpu[:, None], model.model_ok, True)
         """allowed[m, k]: task m may run on a node of GPU model k (a CPU-only task anywhere)."""
-        self.share_milli = model.milli[self.shares][:, None, None]
+        self.share_milli = milli[self.shares][:, None, None]
         self.whole_count = num[self.wholes]
 
     def batch(self, model_id: IntArray, cpu: IntArray, free: IntArray) -> F64:
@@ -72,18 +78,19 @@ class LookaheadValue(StateValues):
         return np.array(self.lookup([tuple(k) for k in keys]), dtype=np.float64)
 
     def compute(self, model_id: IntArray, cpu: IntArray, free: IntArray) -> F64:
-        """V for K states, without the memo: every placement of every typical task in one batch.
+        """V for K states, without the memo: every placement of every typical task in one batch
+        (once per class of tasks with the same CPU, milli and GPU count).
 
-        Options, per (task, state) that fits: a CPU-only task leaves the GPUs as they are; a
+        Options, per (class, state) that fits: a CPU-only task leaves the GPUs as they are; a
         share goes on any device with room (of adjacent devices with equal free milli, which
         leave the same multiset, the first; in the memo's sorted states, all equal devices
         are adjacent); whole GPUs take the first free devices."""
         m = self.model
         k = free.shape[0]
-        n_t = len(m.tasks)
-        if n_t == 0 or k == 0:
+        if len(m.tasks) == 0 or k == 0:
             return m.batch(model_id, cpu, free)
-        fits = (cpu[None, :] >= m.cpu[:, None]) & self.allowed[:, model_id]   # task x state
+        n_c = len(self.class_cpu)
+        fits = cpu[None, :] >= self.class_cpu[:, None]                      # class x state
         t0, s0 = np.nonzero(fits[self.cpu_only])
         # Of adjacent devices with equal free milli, a share goes on the first: the same multiset.
         distinct = np.ones(free.shape, dtype=np.bool_)
@@ -95,18 +102,18 @@ class LookaheadValue(StateValues):
         wanted = self.whole_count
         t2, s2 = np.nonzero(fits[self.wholes] & (whole.sum(axis=1)[None, :] >= wanted[:, None]))
         taken = whole[s2] & (np.cumsum(whole, axis=1)[s2] <= wanted[t2][:, None])
-        tasks = (self.cpu_only[t0], self.shares[t1], self.wholes[t2])
-        states = (s0, s1, s2)
         rows = (free[s0], shared, np.where(taken, 0, free[s2]))
-        task = np.concatenate(tasks)
-        state = np.concatenate(states)
+        cls = np.concatenate((self.cpu_only[t0], self.shares[t1], self.wholes[t2]))
+        state = np.concatenate((s0, s1, s2))
         # F of the states and of every option in one batch.
-        f = m.batch(np.concatenate((model_id, model_id[state])), np.concatenate((cpu, cpu[state] - m.cpu[task])),
-                    np.concatenate([free, *rows]))
-        best = np.tile(f[:k], n_t)                          # a task that does not fit leaves F as is
-        np.minimum.at(best, task * k + state, f[k:])
+        f = m.batch(np.concatenate((model_id, model_id[state])),
+                    np.concatenate((cpu, cpu[state] - self.class_cpu[cls])), np.concatenate([free, *rows]))
+        best = np.tile(f[:k], n_c)                          # a class that does not fit leaves F as is
+        np.minimum.at(best, cls * k + state, f[k:])
+        # A task not allowed on the state's GPU model leaves F as is too.
+        per_task = np.where(self.allowed[:, model_id], best.reshape(n_c, k)[self.task_class], f[:k])
         # Row by row, as `FragModel.batch`: the value of a state must not depend on its batch.
-        result: F64 = (np.ascontiguousarray(best.reshape(n_t, k).T) * m.p).sum(axis=1)
+        result: F64 = (np.ascontiguousarray(per_task.T) * m.p).sum(axis=1)
         return result
 
 
