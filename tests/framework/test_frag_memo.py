@@ -15,7 +15,7 @@ import pytest
 
 from gpufleet.framework.plugins import fgd
 from gpufleet.framework.plugins.fgd import ONE_BY_ONE_MAX, Fgd, FgdArgs, FragScorer, _distinct_rows
-from gpufleet.framework.plugins.frag_aware import FragAware, FragAwareArgs
+from gpufleet.framework.plugins.frag_aware import FragAware, FragAwareArgs, TightScore
 from gpufleet.framework.plugins.fragmentation import TypicalTask
 from gpufleet.model import ClusterSnapshot, NodeInfo, NodeName, Placement, PodSpec, PodUid
 from gpufleet.testing import make_node, make_pod
@@ -122,3 +122,15 @@ def test_distinct_rows_finds_the_rows_np_unique_finds_even_when_hashes_collide(m
         assert (key[first][inverse] == key).all()
         assert len(first) == len(np.unique(key, axis=0))
         monkeypatch.setattr(fgd, "_ROW_HASH", np.zeros(64, dtype=np.int64))   # every row hashes alike
+
+
+@pytest.mark.parametrize("score", [fgd.OptionScore(), TightScore(2.0), TightScore(0.5)], ids=["fgd", "tight2", "tight05"])
+def test_an_options_score_is_the_same_float_from_arrays_and_from_lists(score: fgd.OptionScore) -> None:
+    rng = np.random.default_rng(3)
+    before = rng.uniform(0, 8000, 20_000).round(rng.integers(0, 4))
+    after = np.concatenate((before[:5000], rng.uniform(0, 8000, 15_000)))       # ties (score 50) too
+    leftover = rng.integers(0, 1000, 20_000).astype(np.float64)
+    want = score.batch(before, after, leftover).tolist()
+    got = [score.each(before[i:i + 3].tolist(), after[i:i + 3].tolist(), leftover[i:i + 3].tolist())
+           for i in range(0, 20_000, 3)]
+    assert [x for chunk in got for x in chunk] == want

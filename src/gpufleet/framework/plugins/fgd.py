@@ -34,20 +34,29 @@ ONE_BY_ONE_MAX = 64
 """Up to this many stale nodes are scored one by one through the memos; more, in one NumPy
 batch (identical states once)."""
 
-ScoreFn = Callable[[F64, F64, F64], FloatArray]
-"""(value of the node state before, value after, milli left on the chosen device) per
-option -> score; higher is better."""
+class OptionScore:
+    """An option's score from the value of the node's state before and after it and the milli
+    it leaves on its device (0 for a pod that is not a share); higher is better. FGD's:
+    int(100 x sigmoid((before - after) / 1000)).
+
+    Two forms of the same IEEE operations in the same order, so they give the same floats:
+    `batch` on arrays, and `each` on the few options of the one-by-one path, where NumPy's
+    cost per call would be most of the work (one `np.exp` call: its result must not depend
+    on the array it is computed in, which NumPy's element-wise loops guarantee)."""
+
+    def batch(self, before: F64, after: F64, leftover: F64) -> FloatArray:
+        result: FloatArray = np.trunc(100.0 / (1.0 + np.exp(-(before - after) / 1000.0)))
+        return result
+
+    def each(self, before: list[float], after: list[float], leftover: list[float]) -> list[float]:
+        e: list[float] = np.exp(np.array([-(b - a) / 1000.0 for b, a in zip(before, after)])).tolist()
+        return [float(math.trunc(100.0 / (1.0 + x))) for x in e]
 
 
 @dataclass(frozen=True, slots=True)
 class FgdArgs:
     typical_tasks: tuple[TypicalTask, ...] = ()
     """The task distribution; drivers pass it (the simulator from the trace, as the paper)."""
-
-
-def fgd_score(before: F64, after: F64, leftover: F64) -> FloatArray:
-    result: FloatArray = np.trunc(100.0 / (1.0 + np.exp(-(before - after) / 1000.0)))
-    return result
 
 
 def _options(pod: PodSpec, free: np.ndarray, free_mem: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -90,7 +99,7 @@ class FragScorer:
     An option's score is `score_fn` of a value of the node's state before and after it
     (`StateValues`: F; FragAware's look-ahead: V) and of the milli it leaves on its device."""
 
-    def __init__(self, tasks: tuple[TypicalTask, ...], score_fn: ScoreFn,
+    def __init__(self, tasks: tuple[TypicalTask, ...], score_fn: OptionScore,
                  values: Callable[[FragModel], StateValues] = StateValues) -> None:
         self.tasks = tasks
         self.score_fn = score_fn
@@ -153,7 +162,7 @@ class FragScorer:
                             np.concatenate((cpu, cpu[owner] - pod.cpu_milli)), np.concatenate((free, rows)))
         before, after = both[:len(model_id)], both[len(model_id):]
         leftover = np.where(dev >= 0, rows[np.arange(len(dev)), np.maximum(dev, 0)], 0).astype(np.float64)
-        option_score = self.score_fn(before[owner], after, leftover)
+        option_score = self.score_fn.batch(before[owner], after, leftover)
         best = np.full(len(model_id), -np.inf)
         np.maximum.at(best, owner, option_score)
         # Options are in (row, device) order; keep the first best per row, as the artifact does.
@@ -250,9 +259,8 @@ class FragScorer:
                 owner.append(s)
                 milli.append(-1)
         value = values.lookup(before + after)
-        leftover = np.array([v - g.milli if v >= 0 else 0 for v in milli], dtype=np.float64)
-        option_score = self.score_fn(np.array([value[s] for s in owner]), np.array(value[len(before):]),
-                                     leftover).tolist()
+        leftover = [float(v - g.milli) if v >= 0 else 0.0 for v in milli]
+        option_score = self.score_fn.each([value[s] for s in owner], value[len(before):], leftover)
         best = [-math.inf] * len(states)
         for s, score in zip(owner, option_score):
             best[s] = max(best[s], score)
@@ -327,7 +335,7 @@ class Fgd(FragScorePlugin):
     name = NAME
 
     def __init__(self, args: FgdArgs) -> None:
-        super().__init__(FragScorer(args.typical_tasks, fgd_score))
+        super().__init__(FragScorer(args.typical_tasks, OptionScore()))
         self.args = args
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufleet.framework.interfaces import DevicePicker, FloatArray, IntArray, ScorePlugin
-from gpufleet.framework.plugins.fgd import FragScorePlugin, FragScorer, fgd_score
+from gpufleet.framework.plugins.fgd import FragScorePlugin, FragScorer, OptionScore
 from gpufleet.framework.plugins.fragmentation import F64, FragModel, StateValues, TypicalTask
 from gpufleet.model import GPU_MILLI
 
@@ -117,20 +117,30 @@ class LookaheadValue(StateValues):
         return result
 
 
+class TightScore(OptionScore):
+    """FGD's score plus `weight` x (1 - milli left on the device / 1000). Non-share pods leave
+    0 on every option: a constant that changes nothing."""
+
+    def __init__(self, weight: float) -> None:
+        self.weight = weight
+
+    def batch(self, before: F64, after: F64, leftover: F64) -> FloatArray:
+        result: FloatArray = super().batch(before, after, leftover) + self.weight * (1.0 - leftover / 1000.0)
+        return result
+
+    def each(self, before: list[float], after: list[float], leftover: list[float]) -> list[float]:
+        w = self.weight
+        return [s + w * (1.0 - x / 1000.0) for s, x in zip(super().each(before, after, leftover), leftover)]
+
+
 class FragAware(FragScorePlugin):
     name = NAME
 
     def __init__(self, args: FragAwareArgs, typical_tasks: tuple[TypicalTask, ...]) -> None:
         if not 0 <= args.tightness_weight <= 100:
             raise ValueError(f"FragAware: tightnessWeight must be in 0..100, got {args.tightness_weight}")
-        weight = args.tightness_weight
-
-        def score(before: F64, after: F64, leftover: F64) -> FloatArray:
-            # Non-share pods have leftover 0 on every option: a constant that changes nothing.
-            result: FloatArray = fgd_score(before, after, leftover) + weight * (1.0 - leftover / 1000.0)
-            return result
-
-        super().__init__(FragScorer(typical_tasks, score, LookaheadValue if args.lookahead else StateValues))
+        values = LookaheadValue if args.lookahead else StateValues
+        super().__init__(FragScorer(typical_tasks, TightScore(args.tightness_weight), values))
 
 
 _s: ScorePlugin = FragAware(FragAwareArgs(), ())
