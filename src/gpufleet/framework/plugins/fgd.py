@@ -88,7 +88,7 @@ rounded down to the CPU steps, free milli per device ascending, free milli of th
 with GPU-memory room ascending (only for a share that asks for GPU memory, else empty))."""
 
 
-NodeState = tuple[int, int, list[int], tuple[int, ...], list[int]]
+NodeState = tuple[int, int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 """A node's state as the one-by-one path reads it: (GPU model id, free CPU, free milli per
 device, the same ascending, free GPU memory per device)."""
 
@@ -108,7 +108,7 @@ class FragScorer:
         self._models: tuple[str, ...] = ()
         self._values: StateValues | None = None
         self._cache: dict[tuple[object, ...], tuple[F64, IntArray, IntArray]] = {}
-        self._memo: dict[tuple[object, ...], dict[SpecState, tuple[float, frozenset[int]]]] = {}
+        self._memo: dict[tuple[object, ...], dict[SpecState, tuple[float, tuple[int, ...]]]] = {}
         self._nodes: dict[int, NodeState] = {}
 
     def _reset(self, cluster: Cluster) -> StateValues:
@@ -225,13 +225,13 @@ class FragScorer:
             for i in todo:
                 n = int(nodes[i])
                 ok = (c.gpu_whole_ok[n] & u.gpu_healthy[n]).tolist()
-                row = [GPU_MILLI - used if fine else 0 for used, fine in zip(u.gpu_used_milli[n].tolist(), ok)]
+                row = tuple([GPU_MILLI - used if fine else 0 for used, fine in zip(u.gpu_used_milli[n].tolist(), ok)])
                 found[i] = known[stamps[i]] = (int(c.model_id[n]), int(u.free_cpu[n]), row, tuple(sorted(row)),
-                                               (c.gpu_mem[n] - u.gpu_used_mem[n]).tolist())
+                                               tuple((c.gpu_mem[n] - u.gpu_used_mem[n]).tolist()))
         return cast(list[NodeState], found)
 
     def _score_states(self, values: StateValues, pod: PodSpec, states: list[SpecState]
-                      ) -> dict[SpecState, tuple[float, frozenset[int]]]:
+                      ) -> dict[SpecState, tuple[float, tuple[int, ...]]]:
         """(best score, free milli of the devices whose option scores best) of each state."""
         g = pod.gpu
         before: list[StateKey] = []
@@ -268,7 +268,9 @@ class FragScorer:
         for s, score, v in zip(owner, option_score, milli):
             if v >= 0 and score == best[s]:
                 won[s].add(v)
-        return {state: (b, frozenset(w)) for state, b, w in zip(states, best, won)}
+        # Tuples of ints, not sets or lists: the garbage collector stops tracking them, and these
+        # memos hold hundreds of thousands of entries.
+        return {state: (b, tuple(w)) for state, b, w in zip(states, best, won)}
 
 
 _ROW_HASH = np.random.default_rng(20231).integers(1, 2**62, size=64, dtype=np.int64) | 1
