@@ -19,7 +19,8 @@ class PreferUsedNodes:
     name = NAME
 
     def score(self, state: CycleState, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
-        used: FloatArray = (view.usage.free_pods[nodes] < view.cluster.cap_pods[nodes]).astype(float)
+        # Comparing every node, then gathering once, costs less than gathering two arrays.
+        used: FloatArray = (view.usage.free_pods < view.cluster.cap_pods)[nodes].astype(float)
         return used
 
 
