@@ -88,7 +88,7 @@ def test_scoring_nodes_one_by_one_gives_what_one_batch_gives(policy: str, seed: 
         # A few nodes per call, as when only the nodes the last pods went to have changed.
         parts = [one_by_one.scores(pod, snap, every[i:i + 5]) for i in range(0, len(every), 5)]
         assert np.concatenate(parts).tolist() == at_once.tolist(), pod.uid
-        assert one_by_one.devices(pod, every).tolist() == batch.devices(pod, every).tolist(), pod.uid
+        assert one_by_one.devices(pod)[every].tolist() == batch.devices(pod)[every].tolist(), pod.uid
         assert np.isfinite(at_once).any(), pod.uid          # the cluster has room for every pod
 
 

@@ -145,9 +145,10 @@ class FragScorer:
         result: FloatArray = cached[nodes]
         return result
 
-    def devices(self, pod: PodSpec, nodes: IntArray) -> IntArray:
-        """The device a share gets on each of `nodes`, as its last `scores` found (-1: none)."""
-        result: IntArray = self._cache[(pod.cpu_milli, pod.gpu)][2][nodes]
+    def devices(self, pod: PodSpec) -> IntArray:
+        """The device a share of `pod`'s spec gets on each node of the cluster, as `scores`
+        found it (-1: none); valid for the nodes scored, until the spec is scored again."""
+        result: IntArray = self._cache[(pod.cpu_milli, pod.gpu)][2]
         return result
 
     def _batch(self, values: StateValues, pod: PodSpec, view: View, nodes: IntArray) -> tuple[F64, IntArray]:
@@ -310,6 +311,8 @@ class FragScorePlugin:
 
     `score` remembers, per pod, the best device on every scored node; `pick_devices` returns
     the one on the chosen node, so the device the score assumed is the device the pod gets.
+    The cycle picks a pod's devices right after scoring it, before any other pod is scored,
+    so the scorer's per-node array is read in place rather than copied for the feasible nodes.
     """
 
     name = NAME
@@ -320,14 +323,13 @@ class FragScorePlugin:
     def score(self, state: CycleState, pod: PodSpec, view: View, nodes: IntArray) -> FloatArray:
         scores = self.scorer.scores(pod, view, nodes)
         if pod.gpu.kind is GpuKind.FRACTION:
-            state.data[(self.name, pod.uid)] = (nodes, self.scorer.devices(pod, nodes))
+            state.data[(self.name, pod.uid)] = self.scorer.devices(pod)
         return scores
 
     def pick_devices(self, state: CycleState, pod: PodSpec, view: View, node: int) -> tuple[int, ...]:
-        saved = state.data.pop((self.name, pod.uid), None)
-        if saved is not None:
-            nodes, device = saved
-            j = int(device[np.searchsorted(nodes, node)])
+        device = state.data.pop((self.name, pod.uid), None)
+        if device is not None:
+            j = int(device[node])
             if j >= 0:
                 return (j,)
         return default_devices(pod, view, node)
