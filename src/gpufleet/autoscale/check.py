@@ -88,7 +88,8 @@ NODE_LOCAL_FILTERS: frozenset[type] = frozenset({NodeResourcesFit, TaintTolerati
 NODE_LOCAL_SCORES: frozenset[type] = frozenset({BestFit, DotProduct, GpuPacking, GpuClustering, MostAllocated,
                                                 LeastAllocated, Topology, PreferUsedNodes, RecentFaults, Fgd,
                                                 FragAware})
-"""Scorers that score a node on its own state (and the gang's chosen nodes), draw no random
+"""Scorers that score a node on its own state (and the gang's chosen nodes; FGD's and
+FragAware's also on the typical-task mix, fixed when the profile is built), draw no random
 numbers and normalise, if at all, by min-max over the feasible nodes (BestFit)."""
 NODE_LOCAL_OTHERS: frozenset[type] = frozenset({Topology, BestFit, DotProduct, GpuPacking, GpuFit, Fgd, FragAware})
 """Reserve plugins and device pickers that keep to the chosen node (and the gang's state)."""
