@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from gpufleet.testing.apiserver import ApiServer, gpu_nodes  # noqa: E402
 
-PROFILE = ROOT / "src/gpufleet/framework/profiles/default.yaml"
+PROFILES = ROOT / "src/gpufleet/framework/profiles"
 
 
 def fitting_pods(n: int, prefix: str, seed: int) -> list[dict[str, Any]]:
@@ -74,7 +74,7 @@ def _watch(url: str, out: Any) -> None:
                 continue
             obj = json.loads(line).get("object") or {}
             name = (obj.get("metadata") or {}).get("name")
-            if (obj.get("spec") or {}).get("nodeName") and name not in seen:
+            if name is not None and (obj.get("spec") or {}).get("nodeName") and name not in seen:
                 seen.add(name)
                 out.put((name, time.monotonic()))
 
@@ -120,13 +120,15 @@ def create(url: str, pods: list[dict[str, Any]], threads: int = 8) -> dict[str, 
 
 ASSIGN = ["binding"]
 """--assign-with for the scheduler (set from the command line)."""
+PROFILE = [PROFILES / "default.yaml"]
+"""--config for the scheduler (set from the command line: --profile)."""
 
 
 def start_scheduler(kubeconfig: Path, log: Path, qps: float, burst: int) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     env["PYTHONPATH"] = str(ROOT / "src")
     cmd = [sys.executable, "-m", "gpufleet.cli.scheduler_cmd", "scheduler", "--kubeconfig", str(kubeconfig),
-           "--config", str(PROFILE), "--http-port", "0", "--qps", str(qps), "--burst", str(burst),
+           "--config", str(PROFILE[0]), "--http-port", "0", "--qps", str(qps), "--burst", str(burst),
            "--log-level", "WARNING", "--assign-with", ASSIGN[0]]
     return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
 
@@ -205,9 +207,14 @@ def main() -> int:
     parser.add_argument("--assign-with", choices=["binding", "patch"], default="binding",
                         help="how the scheduler writes the assignment annotation (see docs/scheduler.md)")
     parser.add_argument("--phases", default="throttled,unthrottled,latency")
+    parser.add_argument("--profile", default="default",
+                        help="a shipped profile (default, bestfit, ...) or a profile YAML file (default: default)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     ASSIGN[0] = args.assign_with
+    PROFILE[0] = Path(args.profile) if args.profile.endswith((".yaml", ".yml")) else PROFILES / f"{args.profile}.yaml"
+    if not PROFILE[0].is_file():
+        parser.error(f"--profile: no such profile {args.profile!r} ({PROFILE[0]})")
     phases = set(args.phases.split(","))
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -229,7 +236,7 @@ def main() -> int:
             print(f"create-to-bound at {lat['rate_per_s']:.0f} pods/s, unthrottled: p50 {lat['p50_ms']} ms, "
                   f"p99 {lat['p99_ms']} ms, max {lat['max_ms']} ms")
     result = {"machine": f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
-              "nodes": args.nodes, "assign_with": args.assign_with, "throttled": throttled,
+              "nodes": args.nodes, "assign_with": args.assign_with, "profile": args.profile, "throttled": throttled,
               "unthrottled": unthrottled, "latency": lat,
               "goals_met": throttled.get("of_budget_pct", 0) >= 95 and unthrottled.get("binds_per_s", 0) >= 500}
     if args.json:

@@ -9,8 +9,13 @@ import pytest
 
 from gpufleet.framework.plugins.gpu_fit import GpuFit
 from gpufleet.framework.plugins.topology import Topology, TopologyArgs
-from gpufleet.framework.profile import (DEFAULT_FILTERS, ProfileError, ProfileSettings, ScoreRef, build_profile,
-                                        load_profiles)
+from gpufleet.framework.plugins.fgd import FragScorePlugin
+from gpufleet.framework.plugins.fragmentation import TypicalTask, typical_tasks
+from gpufleet.framework.profile import (DEFAULT_FILTERS, MIX_DRIFT, Profile, ProfileError, ProfileForMix, ProfileSettings,
+                                        ScoreRef, build_for, build_profile, load_profiles, mix_drift)
+from gpufleet.framework.profiles import builtin
+from gpufleet.model import PodSpec
+from gpufleet.testing import make_pod
 from gpufleet.framework.registry import Entry, default_registry
 
 FULL = """
@@ -223,3 +228,43 @@ def test_malformed_yaml_is_one_line_naming_file_line_and_column() -> None:
         load_profiles("profiles: [\n", "bad.yaml")
     assert "\n" not in str(info.value)
     assert str(info.value).startswith("bad.yaml:2:1: not valid YAML:")
+
+
+def _pods(whole: int, shares: int) -> list[PodSpec]:
+    return ([make_pod(f"w{i}").cpu(4000).gpus(1).build() for i in range(whole)]
+            + [make_pod(f"s{i}").cpu(1000).fraction(500).build() for i in range(shares)])
+
+
+def _tasks_of(profile: Profile) -> tuple[TypicalTask, ...]:
+    return next(p.scorer.tasks for p, _ in profile.scores if isinstance(p, FragScorePlugin))
+
+
+def test_mix_drift_is_the_total_variation_distance_between_two_mixes() -> None:
+    a, b = typical_tasks(_pods(50, 50)), typical_tasks(_pods(60, 40))
+    assert mix_drift(a, a) == 0.0
+    assert mix_drift(a, b) == pytest.approx(0.1)
+    assert mix_drift(a, typical_tasks(_pods(10, 0))) == pytest.approx(0.5)   # the shares' task leaves: counted in full
+
+
+def test_build_for_gives_the_default_profile_the_mix_of_the_pods_and_bestfit_none() -> None:
+    pods = _pods(3, 1)
+    assert _tasks_of(build_for(builtin("default"), pods)) == typical_tasks(pods)
+    assert not builtin("bestfit").needs_typical_tasks
+    assert not any(isinstance(p, FragScorePlugin) for p, _ in build_for(builtin("bestfit"), pods).scores)
+
+
+def test_a_profile_for_the_pods_seen_is_rebuilt_only_when_their_mix_drifts_past_the_bound() -> None:
+    kept = ProfileForMix(builtin("default"))
+    first = kept.get(lambda: _pods(50, 50))
+    assert kept.get(lambda: _pods(51, 50)) is first                  # about 0.005 of drift: the memos stay
+    assert mix_drift(typical_tasks(_pods(50, 50)), typical_tasks(_pods(62, 38))) > MIX_DRIFT
+    again = kept.get(lambda: _pods(62, 38))
+    assert again is not first and _tasks_of(again) == typical_tasks(_pods(62, 38))
+    calls: list[int] = []
+
+    def pods() -> list[PodSpec]:
+        calls.append(1)
+        return []
+    plain = ProfileForMix(builtin("bestfit"))
+    assert plain.get(pods) is plain.get(pods)
+    assert calls == []                                               # a profile without the mix never asks for pods

@@ -92,10 +92,26 @@ def build_for(settings: ProfileSettings, pods: Iterable[PodSpec]) -> Profile:
     return build_profile(settings, BuildContext(typical_tasks(pods)))
 
 
+MIX_DRIFT = 0.05
+"""How far the typical-task mix of the pods seen may drift (total variation distance: half the
+sum of the probability changes, tasks that enter or leave counting in full) before
+`ProfileForMix` rebuilds the profile. Every pod that arrives or leaves moves the mix a little;
+rebuilding on each move would throw away the scorers' memos every cycle."""
+
+
+def mix_drift(old: tuple[TypicalTask, ...], new: tuple[TypicalTask, ...]) -> float:
+    """Total variation distance between two typical-task mixes."""
+    def key(t: TypicalTask) -> tuple[object, ...]:
+        return (t.cpu_milli, t.gpu_milli, t.num_gpu, t.models)
+    p = {key(t): t.probability for t in old}
+    q = {key(t): t.probability for t in new}
+    return 0.5 * sum(abs(p.get(k, 0.0) - q.get(k, 0.0)) for k in p.keys() | q.keys())
+
+
 class ProfileForMix:
     """A profile kept built for the pods a long-running driver sees (the live scheduler, a
     simulated autoscaler): built once, or, when a scorer reads the typical-task mix, rebuilt
-    whenever the mix of the pods changes (`build_for`)."""
+    when the mix of the pods has drifted more than `MIX_DRIFT` from the one it was built with."""
 
     def __init__(self, settings: ProfileSettings) -> None:
         self.settings = settings
@@ -109,7 +125,7 @@ class ProfileForMix:
                 self._profile = build_profile(self.settings)
             return self._profile
         tasks = typical_tasks(pods())
-        if self._profile is None or tasks != self._tasks:
+        if self._profile is None or mix_drift(self._tasks, tasks) > MIX_DRIFT:
             self._profile = build_profile(self.settings, BuildContext(tasks))
             self._tasks = tasks
         return self._profile
