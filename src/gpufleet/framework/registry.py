@@ -39,7 +39,8 @@ def _plain(cls: Callable[[], Plugin]) -> Entry:
 
 
 NEEDS_TYPICAL_TASKS = frozenset({fgd.NAME, frag_aware.NAME})
-"""Scorers that read `BuildContext.typical_tasks`; built without them they score every node alike."""
+"""Scorers that read `BuildContext.typical_tasks`; built without them they see no fragmentation
+anywhere (FGD then scores every node alike)."""
 
 
 def default_registry() -> Mapping[str, Entry]:

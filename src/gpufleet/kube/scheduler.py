@@ -366,7 +366,7 @@ class SchedulerService:
                              UNSCHEDULABLE, nominated=p.node)
 
     def _build_profile(self, specs: list[PodSpec]) -> Profile:
-        """The built profile; rebuilt when FGD-style scorers would see a new typical-task mix."""
+        """The built profile; rebuilt when the typical-task mix FGD-style scorers read has drifted."""
         return self._profiles.get(lambda: [*self._bound_specs(), *specs])
 
     def _bound_specs(self) -> list[PodSpec]:

@@ -34,6 +34,7 @@ ONE_BY_ONE_MAX = 64
 """Up to this many stale nodes are scored one by one through the memos; more, in one NumPy
 batch (identical states once)."""
 
+
 class OptionScore:
     """An option's score from the value of the node's state before and after it and the milli
     it leaves on its device (0 for a pod that is not a share); higher is better. FGD's:
