@@ -254,11 +254,17 @@ def test_the_plain_loop_binds_what_the_queue_aware_loop_binds_without_queues(dat
     pending, groups = data.draw(pods("p", 16))
     pending = [dataclasses.replace(p, queue=data.draw(st.sampled_from(("default", "team-a")))) for p in pending]
     snap = after.with_pod_groups(groups)
-    plain = cycle_profile(PROFILE, pending, 0.0)
-    assert plain.queueing != PROFILE.queueing and plain.queueing == QueueingConfig()
-    want = schedule(snap, pending, PROFILE, now=0.0, rng=random.Random(0), queues=QueueContext())  # queue-aware
+    queueing = data.draw(st.sampled_from((
+        PROFILE.queueing,                                               # fair order with reclaim
+        QueueingConfig(order="priority", reclaim=True),
+        QueueingConfig(order="fair", usage_half_life_seconds=3600.0),
+        QueueingConfig(order="fair", reclaim=True, starvation_bound_seconds=1e6))))   # no pod waits that long
+    profile = dataclasses.replace(PROFILE, queueing=queueing)
+    plain = cycle_profile(profile, pending, 0.0)
+    assert plain.queueing != profile.queueing and plain.queueing == QueueingConfig()
+    want = schedule(snap, pending, profile, now=0.0, rng=random.Random(0), queues=QueueContext())  # queue-aware
     assert schedule(snap, pending, plain, now=0.0, rng=random.Random(0)) == want
-    assert schedule(snap, pending, PROFILE, now=0.0, rng=random.Random(0)) == want  # the core's own shortcut
+    assert schedule(snap, pending, profile, now=0.0, rng=random.Random(0)) == want  # the core's own shortcut
 
 
 def _key(p: Plan) -> tuple[object, ...]:

@@ -134,3 +134,26 @@ def test_an_options_score_is_the_same_float_from_arrays_and_from_lists(score: fg
     got = [score.each(before[i:i + 3].tolist(), after[i:i + 3].tolist(), leftover[i:i + 3].tolist())
            for i in range(0, 20_000, 3)]
     assert [x for chunk in got for x in chunk] == want
+
+
+@pytest.mark.parametrize("policy", sorted(SCORERS))
+def test_a_scorer_moved_to_other_clusters_scores_as_a_fresh_one(policy: str) -> None:
+    # The simulator and the planner's checks hand one scorer new clusters; its state memos
+    # carry over when the GPU models are the same and reset otherwise (the third cluster has
+    # one model, so model ids mean something else there).
+    rng = random.Random(11)
+    reused = SCORERS[policy]()
+    one_model = ClusterSnapshot.build([make_node(f"h{i}").cpu(64_000).gpus(8, model="H100-80GB", mem_gib=40).build()
+                                       for i in range(3)])
+    clusters = [random_cluster(rng, 8), random_cluster(rng, 14), one_model, random_cluster(rng, 20),
+                random_cluster(rng, 26)]
+    models_seen = set()
+    for snap in clusters:
+        models_seen.add(snap.cluster.models)
+        for pod in random_pods(rng):
+            nodes = np.arange(snap.cluster.n_nodes)
+            for part in (nodes[: len(nodes) // 2], nodes):          # a batch, then the rest one by one
+                fresh = SCORERS[policy]()
+                assert reused.scores(pod, snap, part).tolist() == fresh.scores(pod, snap, part).tolist(), pod.uid
+                assert reused.devices(pod)[part].tolist() == fresh.devices(pod)[part].tolist(), pod.uid
+    assert len(models_seen) >= 2                                        # both branches of the reset ran

@@ -7,16 +7,16 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpufleet.framework.plugins.gpu_fit import GpuFit
-from gpufleet.framework.plugins.topology import Topology, TopologyArgs
 from gpufleet.framework.plugins.fgd import FragScorePlugin
 from gpufleet.framework.plugins.fragmentation import TypicalTask, typical_tasks
-from gpufleet.framework.profile import (DEFAULT_FILTERS, MIX_DRIFT, Profile, ProfileError, ProfileForMix, ProfileSettings,
-                                        ScoreRef, build_for, build_profile, load_profiles, mix_drift)
+from gpufleet.framework.plugins.gpu_fit import GpuFit
+from gpufleet.framework.plugins.topology import Topology, TopologyArgs
+from gpufleet.framework.profile import (DEFAULT_FILTERS, MIX_DRIFT, Profile, ProfileError, ProfileForMix,
+                                        ProfileSettings, ScoreRef, build_for, build_profile, load_profiles, mix_drift)
 from gpufleet.framework.profiles import builtin
+from gpufleet.framework.registry import Entry, default_registry
 from gpufleet.model import PodSpec
 from gpufleet.testing import make_pod
-from gpufleet.framework.registry import Entry, default_registry
 
 FULL = """
 apiVersion: kubescheduler.config.k8s.io/v1

@@ -413,8 +413,8 @@ class GpufleetPlanner:
         self.settings = settings
         self.interval_s = settings.interval_s
         self.profile = profile
-        """The simulated scheduler's; None: the default profile for the pods seen, as the live
-        scheduler builds it."""
+        """The simulated scheduler's; None: the default profile with the typical-task mix of the
+        running and pending pods, as the live scheduler builds it."""
         self._default = ProfileForMix(builtin("default"))
         self.max_removal_checks = max_removal_checks
         self.batcher = _Batcher(settings)
@@ -426,7 +426,9 @@ class GpufleetPlanner:
     def step(self, now: float, snapshot: ClusterSnapshot, pending: Sequence[PodSpec],
              launching: Sequence[NewNode]) -> ScaleStep:
         self.specs.update((p.uid, p) for p in pending)
-        profile = self.profile if self.profile is not None else self._default.get(lambda: self.specs.values())
+        waiting = {p.uid for p in pending}
+        profile = self.profile if self.profile is not None else self._default.get(
+            lambda: [s for uid, s in self.specs.items() if uid in snapshot.placements or uid in waiting])
         add: tuple[NewNode, ...] = ()
         if self.batcher.due(now, pending, launching):
             result = plan(pending, self.templates, with_launching(snapshot, launching), profile=profile,

@@ -2,9 +2,10 @@
 
 The 15 Philly virtual clusters are 15 queues of equal weight on the trace's 500-GPU
 cluster. Every policy places pods with the `bestfit` profile's plugins (BestFit + Topology +
-RecentFaults; the default profile until 2026-11-22, when these figures were measured; the
-trace has whole-GPU jobs only, where the default's fragmentation look-ahead has little to
-do) and differs only in its `queueing` section, so the table compares queueing alone:
+RecentFaults: the default profile's until 2026-11-22; the published figures were measured
+with BestFit + Topology, and RecentFaults has no preference without faults; the trace has
+whole-GPU jobs only, where the default's fragmentation look-ahead has little to do) and
+differs only in its `queueing` section, so the table compares queueing alone:
 
 - fifo: arrival order across all queues;
 - priority: priority, then age (non-preemptive, kube-scheduler's queue without preemption);

@@ -16,7 +16,7 @@ from gpufleet.testing import PodBuilder
 from gpufleet.testing.apiserver import ApiServer
 
 
-@pytest.mark.parametrize("name", ["fgd", "gpufleet", "gpufleet-lookahead"])
+@pytest.mark.parametrize("name", ["default", "fgd", "gpufleet", "gpufleet-lookahead"])
 def test_a_fragmentation_profile_is_built_with_the_typical_tasks_of_the_pending_pods(name: str,
                                                                                        tmp_path: Path) -> None:
     specs = [PodBuilder(f"p{i}").cpu(1000 * (1 + i % 2)).fraction(500).build() for i in range(4)]
@@ -35,5 +35,4 @@ def test_a_fragmentation_profile_is_built_with_the_typical_tasks_of_the_pending_
 
 def test_exactly_the_profiles_with_fgd_or_frag_aware_need_typical_tasks() -> None:
     needs = {name: builtin(name).needs_typical_tasks for name in BUILTIN}
-    assert needs == {name: any(s.name in ("FGD", "FragAware") for s in builtin(name).scores) for name in BUILTIN}
-    assert needs["fgd"] and needs["gpufleet-lookahead"]
+    assert needs == {"default": True, "bestfit": False, "fgd": True, "gpufleet": True, "gpufleet-lookahead": True}
