@@ -97,13 +97,13 @@ device, the same ascending, free GPU memory per device)."""
 class FragScorer:
     """Per-spec cached scores of a fragmentation-based policy (shared by FGD and FragAware).
 
-    An option's score is `score_fn` of a value of the node's state before and after it
+    An option's score is `option` (an `OptionScore`) of a value of the node's state before and after it
     (`StateValues`: F; FragAware's look-ahead: V) and of the milli it leaves on its device."""
 
-    def __init__(self, tasks: tuple[TypicalTask, ...], score_fn: OptionScore,
+    def __init__(self, tasks: tuple[TypicalTask, ...], option: OptionScore,
                  values: Callable[[FragModel], StateValues] = StateValues) -> None:
         self.tasks = tasks
-        self.score_fn = score_fn
+        self.option = option
         self._new_values = values
         self._cluster: Cluster | None = None
         self._models: tuple[str, ...] = ()
@@ -164,7 +164,7 @@ class FragScorer:
                             np.concatenate((cpu, cpu[owner] - pod.cpu_milli)), np.concatenate((free, rows)))
         before, after = both[:len(model_id)], both[len(model_id):]
         leftover = np.where(dev >= 0, rows[np.arange(len(dev)), np.maximum(dev, 0)], 0).astype(np.float64)
-        option_score = self.score_fn.batch(before[owner], after, leftover)
+        option_score = self.option.batch(before[owner], after, leftover)
         best = np.full(len(model_id), -np.inf)
         np.maximum.at(best, owner, option_score)
         # Options are in (row, device) order; keep the first best per row, as the artifact does.
@@ -262,7 +262,7 @@ class FragScorer:
                 milli.append(-1)
         value = values.lookup(before + after)
         leftover = [float(v - g.milli) if v >= 0 else 0.0 for v in milli]
-        option_score = self.score_fn.each([value[s] for s in owner], value[len(before):], leftover)
+        option_score = self.option.each([value[s] for s in owner], value[len(before):], leftover)
         best = [-math.inf] * len(states)
         for s, score in zip(owner, option_score):
             best[s] = max(best[s], score)
