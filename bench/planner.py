@@ -47,7 +47,7 @@ from gpufleet.autoscale import check as checking  # noqa: E402
 from gpufleet.autoscale.removal import Remover  # noqa: E402
 from gpufleet.core import cycle as core_cycle  # noqa: E402
 from gpufleet.core.cycle import schedule  # noqa: E402
-from gpufleet.framework.profile import Profile, build_for  # noqa: E402
+from gpufleet.framework.profile import build_for  # noqa: E402
 from gpufleet.framework.profiles import BUILTIN, builtin  # noqa: E402
 from gpufleet.framework.queueing import QueueingConfig  # noqa: E402
 from gpufleet.model import ClusterSnapshot, GpuKind, NodeName, PodSpec, mig_slices  # noqa: E402
@@ -122,11 +122,7 @@ def before(*, repair: bool = True) -> Iterator[None]:
     """The planner as before the check's savings: queue-aware `schedule()` everywhere, every
     check in full on the whole cluster, every removal candidate scheduled; with `repair`, also
     the repairs of before (new nodes on the cheapest template a pod fits, two rounds of two copies)."""
-    def same_profile(profile: Profile, pods: object, now: float) -> Profile:
-        return profile
-
     with contextlib.ExitStack() as stack:
-        stack.enter_context(patched(checking, "cycle_profile", same_profile))
         stack.enter_context(patched(core_cycle, "plain_without_queues",
                                     lambda q, pods, now: q == QueueingConfig()))
         stack.enter_context(patched(checking, "node_local", lambda p: False))

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from gpufleet.autoscale import NodeTemplate, Plan, plan
 from gpufleet.autoscale import check as checking
-from gpufleet.autoscale.check import Check, Outcome, cycle_profile, node_local
+from gpufleet.autoscale.check import Check, Outcome, node_local
 from gpufleet.core import faults
-from gpufleet.core.cycle import schedule
+from gpufleet.core.cycle import plain_without_queues, schedule
 from gpufleet.core.queued import QueueContext
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.cycle_state import CycleState
@@ -260,8 +260,8 @@ def test_the_plain_loop_binds_what_the_queue_aware_loop_binds_without_queues(dat
         QueueingConfig(order="fair", usage_half_life_seconds=3600.0),
         QueueingConfig(order="fair", reclaim=True, starvation_bound_seconds=1e6))))   # no pod waits that long
     profile = dataclasses.replace(PROFILE, queueing=queueing)
-    plain = cycle_profile(profile, pending, 0.0)
-    assert plain.queueing != profile.queueing and plain.queueing == QueueingConfig()
+    plain = dataclasses.replace(profile, queueing=QueueingConfig())
+    assert plain.queueing != profile.queueing and plain_without_queues(profile.queueing, pending, 0.0)
     want = schedule(snap, pending, profile, now=0.0, rng=random.Random(0), queues=QueueContext())  # queue-aware
     assert schedule(snap, pending, plain, now=0.0, rng=random.Random(0)) == want
     assert schedule(snap, pending, profile, now=0.0, rng=random.Random(0)) == want  # the core's own shortcut

@@ -12,8 +12,9 @@ the planned nodes; `tests/autoscale/test_check.py` compares them on random cases
    no victim (it takes only from other queues), so a profile whose queueing is fair or
    priority order, with reclaim but without priority preemption and with no pod past the
    starvation bound, binds exactly what the plain kube-scheduler loop binds
-   (`cycle_profile`). That loop skips the queue accounting and the victim index, which cost
-   a few ms per `schedule()` whatever its size: most of the removal checks' time.
+   (`core.cycle.plain_without_queues`), and `schedule()` without queues takes that loop. It
+   skips the queue accounting and the victim index, which cost a few ms per `schedule()`
+   whatever its size: most of the removal checks' time.
 2. **Current nodes no leftover pod can use.** A current node on which no leftover pod fits
    when the check starts (the profile's own filters, on the cluster after the pods that fit
    now are bound) never gets a pod in the check: filters judge a node on its own state, and
@@ -57,7 +58,7 @@ import dataclasses
 import random
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -80,7 +81,6 @@ from gpufleet.framework.plugins.resource_alloc import LeastAllocated, MostAlloca
 from gpufleet.framework.plugins.taint_toleration import TaintTolerationFilter
 from gpufleet.framework.plugins.topology import Topology
 from gpufleet.framework.profile import Profile
-from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.model import Cluster, ClusterSnapshot, NodeInfo, NodeName, Placement, PodSpec, PodUid, Usage
 
 NODE_LOCAL_FILTERS: frozenset[type] = frozenset({NodeResourcesFit, TaintTolerationFilter, NodeAffinity, GpuFit})
@@ -98,15 +98,6 @@ NEVER = 1 << 62
 """First use of a planned node that got no pod."""
 
 BoolArray = npt.NDArray[np.bool_]
-
-
-def cycle_profile(profile: Profile, pods: Iterable[PodSpec], now: float) -> Profile:
-    """`profile` with the plain kube-scheduler loop when, without queues, that binds the same
-    (`core.cycle.plain_without_queues`). `schedule()` without queues takes that loop itself;
-    the check's savings also need to know it (`Check.incremental`)."""
-    if profile.queueing == QueueingConfig() or not plain_without_queues(profile.queueing, pods, now):
-        return profile
-    return dataclasses.replace(profile, queueing=QueueingConfig())
 
 
 def node_local(profile: Profile) -> bool:
@@ -242,9 +233,8 @@ class Check:
         self.left = list(left)
         self.templates = templates
         self.now = now
-        self.profile = cycle_profile(profile, left, now)
-        self.incremental = (incremental and node_local(self.profile)
-                            and self.profile.queueing == QueueingConfig())
+        self.profile = profile
+        self.incremental = incremental and node_local(profile) and plain_without_queues(profile.queueing, left, now)
         self._infos: dict[tuple[NodeName, int], NodeInfo] = {}
         self._prototypes: dict[int, NodeInfo] = {}
         units = ordering.order(self.left)

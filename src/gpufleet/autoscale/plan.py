@@ -117,7 +117,7 @@ def plan(pending: Sequence[PodSpec], templates: Sequence[NodeTemplate], snapshot
     if len(set(names)) != len(names):
         raise ModelError("node templates: name", f"template names must be unique, got {names}")
     prof = profile if profile is not None else build_for(builtin("default"), [*pending, *running_specs.values()])
-    first = schedule(snapshot, pending, checking.cycle_profile(prof, pending, now), now=now, rng=random.Random(0),
+    first = schedule(snapshot, pending, prof, now=now, rng=random.Random(0),
                      explain=False)  # the pods left are packed, whatever the reason
     after = snapshot.apply(first.binds)
     bound_now = {p.pod for p in first.binds}

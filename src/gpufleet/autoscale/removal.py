@@ -130,8 +130,7 @@ class Remover:
         trial = self._closed(self._released(moving), i)
         if not self._each_fits_somewhere(trial, specs):
             return False
-        profile = checking.cycle_profile(self.profile, specs, self.now)
-        result = schedule(trial, specs, profile, now=self.now, rng=random.Random(0), explain=False)
+        result = schedule(trial, specs, self.profile, now=self.now, rng=random.Random(0), explain=False)
         if len(result.binds) < len(specs):
             return False
         self.removed.append(i)
