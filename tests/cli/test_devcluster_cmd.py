@@ -1,43 +1,45 @@
-"""`gpufleet dev-cluster`: serves N GPU nodes, writes a kubeconfig, stops cleanly on SIGTERM."""
+"""`gpufleet dev-cluster`: the real control plane with N KWOK GPU nodes, a kubeconfig, a clean stop."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpufleet.cli.main import main
+from gpufleet.kube import config as kube_config
+from gpufleet.testing.cluster import binaries
 
 CLI = "import sys; from gpufleet.cli.main import main; sys.exit(main())"
 
 
 def test_dev_cluster_serves_nodes_writes_a_kubeconfig_and_stops_on_sigterm(tmp_path: Path) -> None:
-    config = tmp_path / "dev.kubeconfig"
-    proc = subprocess.Popen([sys.executable, "-c", CLI, "dev-cluster", "--nodes", "4",
-                             "--kubeconfig", str(config), "--seed", "3"],
+    kubeconfig = tmp_path / "dev.kubeconfig"
+    proc = subprocess.Popen([sys.executable, "-c", CLI, "dev-cluster", "--nodes", "4", "--kubeconfig", str(kubeconfig),
+                             "--seed", "3", "--dir", str(tmp_path / "state")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 20
-        while not config.exists():
+        deadline = time.monotonic() + 120
+        while not kubeconfig.exists():
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no kubeconfig written"
-            time.sleep(0.05)
-        server = yaml.safe_load(config.read_text())["clusters"][0]["cluster"]["server"]
-        with urllib.request.urlopen(f"{server}/api/v1/nodes") as resp:
-            nodes = json.loads(resp.read())["items"]
-        assert len(nodes) == 4
+            time.sleep(0.2)
+        from lightkube.resources.core_v1 import Node
+        client = kube_config.connect(kube_config.from_kubeconfig(kubeconfig))
+        nodes = list(client.list(Node))
+        assert len(nodes) == 4 and all(n.metadata and n.metadata.name.startswith("gpu-node-") for n in nodes)
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=10)
-        assert proc.returncode == 0
-        assert f"kubectl --kubeconfig {config} get nodes" in out
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert f"kubectl --kubeconfig {kubeconfig} get nodes" in out
+        assert "kube-apiserver at https://127.0.0.1:" in out and "kubernetes v1.37" in out
         assert "stopped" in err
+        # every component is gone: nothing listens on the API server's port any more
+        assert subprocess.run(["pgrep", "-f", str(tmp_path / "state")], capture_output=True).returncode == 1
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -47,3 +49,13 @@ def test_dev_cluster_serves_nodes_writes_a_kubeconfig_and_stops_on_sigterm(tmp_p
 def test_a_negative_node_count_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dev-cluster", "--nodes", "-1"]) == 2
     assert capsys.readouterr().err.strip() == "gpufleet dev-cluster: error: --nodes must be 0 or more, got -1"
+
+
+def test_missing_binaries_say_how_to_build_them(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUFLEET_KUBE_BIN", str(tmp_path / "empty"))
+    assert main(["dev-cluster", "--nodes", "1", "--dir", str(tmp_path / "state")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpufleet dev-cluster: error: etcd is not built: expected ")
+    assert "`make kube`" in err and "\n" not in err
+    assert binaries.bin_dir() == tmp_path / "empty"

@@ -1,7 +1,7 @@
 """GPU workloads as Kubernetes manifests, and checks of a cluster's state read back from the API.
 
-For end-to-end tests and `bench/e2e.py`, against any API server (the local test server or a
-real cluster):
+For end-to-end tests and `bench/e2e.py`, against any API server (the local control plane of
+`gpufleet.testing.cluster` or a real cluster; the high-priority pods need `priority_class_manifests()`):
 
 * `pod_manifests(nodes, n, seed=...)`: a reproducible mix of whole GPUs (1, 2, 4, 8),
   fractions (with and without a memory cap), MIG slices of the profiles the nodes carve,
@@ -30,15 +30,24 @@ from gpufleet.kube import translate
 from gpufleet.kube.cache import SchedulerCache
 from gpufleet.model import Gpu, ModelError, NodeInfo
 from gpufleet.model import annotations as ann
+from gpufleet.testing.cluster.cluster import DURATION_ANNOTATION
 
 Obj = Mapping[str, Any]
 QUEUES = ("team-a", "team-b", "research")
+HIGH_PRIORITY_CLASS = "gpufleet-test-high"
+"""The PriorityClass (value 100) of the mix's high-priority pods. A real API server's Priority
+admission plugin refuses a pod that sets `spec.priority` itself; it takes the value from the class."""
 
 
 def queue_manifests() -> list[dict[str, Any]]:
     return [{"apiVersion": "gpufleet.io/v1alpha1", "kind": "Queue", "metadata": {"name": q},
              "spec": {"weight": w, "guaranteed": {"nvidia.com/gpu": g}}}
             for q, w, g in zip(QUEUES, (2, 1, 1), (64, 32, 16))]
+
+
+def priority_class_manifests() -> list[dict[str, Any]]:
+    return [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": HIGH_PRIORITY_CLASS},
+             "value": 100, "description": "gpufleet's test workloads: the high-priority pods of the mix"}]
 
 
 def _mig_profiles(nodes: Iterable[Obj]) -> list[str]:
@@ -57,9 +66,10 @@ def _pod(name: str, namespace: str, limits: Mapping[str, Any], rng: random.Rando
     meta: dict[str, Any] = {"name": name, "namespace": namespace,
                             "labels": {"gpufleet.io/queue": rng.choice(QUEUES), **(labels or {})}}
     if duration_s is not None:
-        meta["annotations"] = {"gpufleet.io/sim-duration-seconds": str(duration_s)}
+        meta["annotations"] = {DURATION_ANNOTATION: f"{duration_s:g}s"}
+    high = rng.choice((False, False, False, True))
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"schedulerName": scheduler, "priority": rng.choice((0, 0, 0, 100)),
+            "spec": {"schedulerName": scheduler, **({"priorityClassName": HIGH_PRIORITY_CLASS} if high else {}),
                      "containers": [{"name": "main", "image": "registry.example/train:1",
                                      "resources": {"requests": {"cpu": "500m", "memory": "1Gi"},
                                                    "limits": dict(limits)}}],

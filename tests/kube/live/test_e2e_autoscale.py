@@ -21,7 +21,7 @@ from typing import Any
 from gpufleet.testing.apiserver import ApiServer
 from gpufleet.testing.apiserver.karpenter import SimulatedKarpenter
 from gpufleet.testing.apiserver.node_faults import set_gpu_health
-from gpufleet.testing.apiserver.nodes import SHAPES, gpu_node
+from gpufleet.testing.gpu_nodes import SHAPES, gpu_node
 
 from .gpu_cluster import H100_SHAPE, Bindings, JobController, cluster, events, nodepool, pod, podgroup, wait_until
 from .harness import Scheduler, create_via_api

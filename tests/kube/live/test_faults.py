@@ -25,7 +25,7 @@ from gpufleet.model import ClusterSnapshot, NodeName, Placement, PodGroup, PodUi
 from gpufleet.model import annotations as ann
 from gpufleet.testing.apiserver import ApiServer
 from gpufleet.testing.apiserver.node_faults import set_gpu_health, set_node_ready
-from gpufleet.testing.apiserver.nodes import SHAPES, gpu_node
+from gpufleet.testing.gpu_nodes import SHAPES, gpu_node
 
 from .gpu_cluster import Bindings, JobController, assignment, cluster, condition, events, pod, podgroup, scheduler, \
     wait_until

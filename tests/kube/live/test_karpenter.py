@@ -22,7 +22,7 @@ from gpufleet.model import ClusterSnapshot, ModelError, PodGroup
 from gpufleet.kube import translate
 from gpufleet.testing.apiserver import ApiServer
 from gpufleet.testing.apiserver.karpenter import SimulatedKarpenter
-from gpufleet.testing.apiserver.nodes import SHAPES, gpu_node
+from gpufleet.testing.gpu_nodes import SHAPES, gpu_node
 
 from .gpu_cluster import H100, H100_SHAPE, Bindings, cluster, condition, nodepool, pod, podgroup, scheduler, wait_until
 

@@ -15,7 +15,7 @@ enough discovery and OpenAPI for the real `kubectl`.
 from gpufleet.testing.apiserver.errors import ApiError
 from gpufleet.testing.apiserver.injection import RequestRecord
 from gpufleet.testing.apiserver.kubelet import DURATION_ANNOTATION, EXIT_CODE_ANNOTATION
-from gpufleet.testing.apiserver.nodes import gpu_nodes
+from gpufleet.testing.gpu_nodes import gpu_nodes
 from gpufleet.testing.apiserver.server import ApiServer
 
 __all__ = ["ApiError", "ApiServer", "DURATION_ANNOTATION", "EXIT_CODE_ANNOTATION", "RequestRecord", "gpu_nodes"]

@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping
 
 from gpufleet.model import annotations as ann
 from gpufleet.testing.apiserver.meta import now_rfc3339
-from gpufleet.testing.apiserver.nodes import SHAPES, Shape, gpu_node
+from gpufleet.testing.gpu_nodes import SHAPES, Shape, gpu_node
 from gpufleet.testing.apiserver.server import ApiServer
 from gpufleet.testing.apiserver.store import Event
 from gpufleet.testing.apiserver.timers import Timers

@@ -1,4 +1,4 @@
-"""Realistic GPU node objects for the test server: `gpu_nodes(n, seed=...)`.
+"""Realistic GPU node objects for test clusters: `gpu_nodes(n, seed=...)`.
 
 Each node is what a cluster with NVIDIA's feature discovery and gpufleet's node agent
 shows: GFD labels (`nvidia.com/gpu.product`, `.count`, `.memory`, MIG labels under the
@@ -7,17 +7,24 @@ mixed strategy), the agent's `gpufleet.io/gpu-inventory` annotation (encoded wit
 `nvidia.com/gpu` (whole GPUs not in MIG mode), `nvidia.com/mig-<profile>` per carved
 slice, `gpufleet.io/gpu-milli` (1000 per whole GPU) and `gpufleet.io/gpu-memory` (MiB).
 Shapes are drawn with weights from a seeded RNG, so the same seed gives the same fleet.
+
+Nodes carry KWOK's annotation `kwok.x-k8s.io/node: fake`, so the KWOK controller of
+`gpufleet.testing.cluster` plays their kubelets: it keeps the node Ready (lease heartbeats)
+and runs the pods bound to it.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.model import annotations as ann
-from gpufleet.testing.apiserver.meta import now_rfc3339
+
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+"""The annotation KWOK's controller selects the nodes it manages by (value `fake`)."""
 
 
 @dataclass(frozen=True)
@@ -72,12 +79,12 @@ def gpu_node(name: str, shape: Shape, rng: random.Random, *, index: int = 0, tai
     for profile, count in sorted(slices.items()):
         resources[ann.mig_resource(profile)] = str(count)
     ip = f"10.{index // 250 % 250}.{index % 250}.{10 + index // 62500}"
-    now = now_rfc3339()
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     node: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": _labels(name, shape, gpus, slices, rng),
-                     "annotations": {ann.INVENTORY_ANNOTATION: ann.encode_inventory(tuple(gpus))}},
-        "spec": {"providerID": f"gpufleet-test://{name}"},
+                     "annotations": {ann.INVENTORY_ANNOTATION: ann.encode_inventory(tuple(gpus)), KWOK_ANNOTATION: "fake"}},
+        "spec": {"providerID": f"kwok://{name}"},
         "status": {
             "capacity": resources, "allocatable": dict(resources),
             "conditions": [_condition("MemoryPressure", "False", "KubeletHasSufficientMemory", now),
