@@ -49,6 +49,21 @@ def make_pki(directory: Path) -> Pki:
     return pki
 
 
+def issue_serving_cert(pki: Pki, directory: Path, name: str,
+                       names: tuple[str, ...] = ("IP:127.0.0.1", "DNS:localhost")) -> tuple[Path, Path]:
+    """Another serving certificate signed by the cluster's CA (a proxy in front of kube-apiserver,
+    say): `directory/name.crt` and `name.key`, valid for `names` (openssl subjectAltName syntax)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cert, key, csr, ext = (directory / f"{name}.{suffix}" for suffix in ("crt", "key", "csr", "ext"))
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(key))
+    ext.write_text(f"subjectAltName={','.join(names)}\nextendedKeyUsage=serverAuth\n"
+                   "keyUsage=critical,digitalSignature,keyEncipherment\n")
+    _openssl("req", "-new", "-key", str(key), "-subj", f"/CN={name}", "-out", str(csr))
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(pki.ca_cert), "-CAkey", str(pki.ca_key), "-CAcreateserial",
+             "-days", "3650", "-extfile", str(ext), "-out", str(cert))
+    return cert, key
+
+
 def _openssl(*args: str) -> None:
     done = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
     if done.returncode != 0:
