@@ -81,3 +81,13 @@ def test_run_serves_a_kubelet_writes_node_state_and_stops_on_sigterm(
         _, err = proc.communicate(timeout=10)
     assert proc.returncode == 0, err
     assert "serving nvidia.com/gpu for node n1" in err
+
+
+def test_run_inside_a_pod_without_a_kubeconfig_uses_the_in_cluster_config(
+        sock_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    assert main(["agent", "run", "--fake", "h100-sxm-8", "--kubelet-dir", str(sock_dir), "--node-name", "n1"]) == 2
+    assert "in-cluster config: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must both be set" in \
+        capsys.readouterr().err
+    assert not list(sock_dir.iterdir()), "nothing was served"

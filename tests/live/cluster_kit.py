@@ -63,6 +63,15 @@ def scheduler_kubeconfig(cluster: Cluster, path: Path) -> Path:
     return cluster.service_account_kubeconfig(NAMESPACE, SCHEDULER_SA, path)
 
 
+def agent_kubeconfig(cluster: Cluster, path: Path) -> Path:
+    return cluster.service_account_kubeconfig(NAMESPACE, AGENT_SA, path)
+
+
+def service_account_user(name: str, namespace: str = NAMESPACE) -> str:
+    """The user name kube-apiserver (and its audit log) gives a ServiceAccount's requests."""
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     env["PYTHONPATH"] = str(ROOT / "src")
