@@ -34,13 +34,14 @@ import re
 import socket
 import ssl
 import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from gpufleet.testing.cluster.pki import issue_serving_cert
@@ -218,6 +219,10 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, proxy: FaultProxy) -> None:
         self.proxy = proxy
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):  # a client that left (timed out, was reset) is routine
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
