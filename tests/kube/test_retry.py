@@ -49,8 +49,27 @@ def test_a_500_then_success_is_retried_and_logged_once(
     server.fail(500, path=PODS)
     with caplog.at_level(logging.INFO, LOGGER):
         assert [p.name for p in api.pods_on_node()] == ["p"]
-    assert server.count("GET", PODS) == 2 and vtime.sleeps == [0.25]
-    assert _warnings(caplog) == [f"list pods on node {NODE}: 500 InternalError: injected 500; retrying with backoff"]
+        assert server.count("GET", PODS) == 2 and vtime.sleeps == [0.25]
+        assert _warnings(caplog) == [f"list pods on node {NODE}: 500 InternalError: injected 500; retrying with backoff"]
+        assert "works again" not in caplog.records[-1].getMessage(), "0.25 s after a failure: not over yet"
+        vtime.now += POLICY.episode_quiet_s
+        api.pods_on_node()
+    assert caplog.records[-1].getMessage() == f"list pods on node {NODE}: works again"
+
+
+def test_an_episode_ends_only_after_a_quiet_time_so_interleaved_failures_warn_once(
+        server: FakeApiServer, api: KubeNodeApi, vtime: VirtualTime, caplog: pytest.LogCaptureFixture) -> None:
+    """Concurrent calls during a partial outage: failures and successes alternate."""
+    with caplog.at_level(logging.INFO, LOGGER):
+        for _ in range(5):
+            server.fail(500, times=POLICY.attempts, path=PODS)
+            with pytest.raises(TemporaryError):
+                api.pods_on_node()
+            api.pods_on_node()
+            vtime.now += 1.0
+        assert len(_warnings(caplog)) == 1 and "works again" not in caplog.text
+        vtime.now += POLICY.episode_quiet_s
+        api.pods_on_node()
     assert caplog.records[-1].getMessage() == f"list pods on node {NODE}: works again"
 
 

@@ -10,9 +10,12 @@
   made during the cool-down fail at once with the error that started it. Reads are not cooled down:
   an Allocate that needs the pod list deserves a real try.
 * **Logging**: the first failure of each kind (operation and `KubeError.kind`, e.g. "list
-  pods on node n1" and "HTTP 500") is a warning; repeats are debug lines until the
-  operation succeeds, which is logged once at info. So an outage during which every pod's
-  Allocate fails gives one warning, not one per pod.
+  pods on node n1" and "HTTP 500") is a warning; repeats are debug lines until the episode
+  ends: the operation succeeds `episode_quiet_s` or more after its last failure, which is
+  logged once at info. So an outage during which every pod's Allocate fails gives one
+  warning, not one per pod. The quiet time matters when calls run concurrently (the
+  scheduler's 16 bind workers): during a partial outage failures and successes interleave,
+  and ending the episode at any success would log a warning for nearly every failure.
 
 Time is injected (`sleep`, `clock`, `rng`), so tests run the backoff on virtual time.
 """
@@ -46,6 +49,9 @@ class RetryPolicy:
     jitter: float = 0.2
     """Each wait is scaled by a random factor in [1 - jitter, 1 + jitter], so that nodes that
     failed together do not retry together."""
+    episode_quiet_s: float = 5.0
+    """A failure episode ends at the first success at least this long after its last failure
+    (see the module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +69,8 @@ class Retrier:
                  clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
         self.policy, self._log = policy, log
         self._sleep, self._clock, self._rng = sleep, clock, rng or random.Random()
-        self._reported: set[tuple[str, str]] = set()
+        self._reported: dict[tuple[str, str], float] = {}
+        """(operation, kind) of each failure episode not over -> when it last failed."""
         self._cooldowns: dict[str, _Cooldown] = {}
         self._lock = threading.Lock()
 
@@ -132,19 +139,22 @@ class Retrier:
         key = (operation, exc.kind)
         with self._lock:
             first = key not in self._reported
-            self._reported.add(key)
+            self._reported[key] = self._clock()
         if first:
             self._log.warning("%s%s", exc, "; retrying with backoff" if retrying else "")
         else:
             self._log.debug("%s (again)", exc)
 
     def _succeeded(self, operation: str) -> None:
+        now = self._clock()
         with self._lock:
-            cleared = {k for k in self._reported if k[0] == operation}
-            self._reported -= cleared
             self._cooldowns.pop(operation, None)
-        if cleared:
-            self._log.info("%s: works again", operation)
+            failing = [k for k in self._reported if k[0] == operation]
+            if not failing or any(now - self._reported[k] < self.policy.episode_quiet_s for k in failing):
+                return  # no episode, or a call that overlapped a recent failure: not over yet
+            for k in failing:
+                del self._reported[k]
+        self._log.info("%s: works again", operation)
 
 
 def _same(exc: KubeError, message: str | None = None) -> KubeError:
