@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Mapping
 
-from gpufleet.kube.errors import KubeError
+from gpufleet.kube.errors import KubeError, TemporaryError, api_errors
 from gpufleet.kube.leader import micro_time
 from gpufleet.kube.ratelimit import PerKeyLimiter, TokenBucket
 from gpufleet.kube.rest import Rest, path
@@ -77,8 +77,7 @@ class EventRecorder:
             ns = body["metadata"]["namespace"]
             self._bucket.acquire()
             try:
-                self._retrier.call("create events",
-                                   lambda: self._rest.post(path("events.k8s.io/v1", "events", None, ns), body))
+                self._retrier.call("create events", lambda: self._create(ns, body))
                 self.sent += 1
             except KubeError:
                 pass  # the Retrier logged it once per kind
@@ -89,6 +88,16 @@ class EventRecorder:
                     raise
                 self.dropped += 1
                 return
+
+    def _create(self, namespace: str, body: dict[str, Any]) -> None:
+        try:
+            with api_errors("create event"):
+                self._rest.post(path("events.k8s.io/v1", "events", None, namespace), body)
+        except TemporaryError as exc:
+            if exc.kind != "HTTP 409":
+                raise
+            # AlreadyExists: an event's name is unique (pod and nanoseconds), so an earlier try
+            # of this create landed and only its reply was lost. Sent; trying again cannot help.
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Send what is queued (up to `timeout_s`), drop the rest (counted in `dropped`), then
