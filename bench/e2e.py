@@ -1,21 +1,30 @@
-"""End-to-end scheduling throughput and latency through the API, against the local API server.
+"""gpufleet and kube-scheduler side by side on the real control plane, and the bind limit of this machine.
 
-Three phases, each on a fresh local API server (`gpufleet.testing.apiserver`) with simulated
-GPU nodes and kubelets, and `gpufleet scheduler` as a separate process:
+Every run gets a fresh control plane of `gpufleet.testing.cluster` (etcd, kube-apiserver,
+kube-controller-manager; audit log off, node-lifecycle controller off, as in scale tests) with
+N nodes of 8 H100 GPUs (`nvidia.com/gpu: 8`, the feature-discovery labels and gpufleet's
+inventory annotation), and the same 10,000 pods asking for whole GPUs through `nvidia.com/gpu`
+(1, 2, 4 or 8), which both schedulers can place. Nodes are Ready and no kubelet stand-in runs:
+only scheduling and binding are measured.
 
-1. throttled: N pods are created first, then the scheduler starts with the client budget of
-   kube-scheduler (--qps 50 --burst 100); binds/s is measured after the burst is spent
-   (binds beyond the first 2 x burst), and compared with the 50 QPS budget (a bind is one
-   request: the Binding carries the assignment annotation);
-2. unthrottled: the same with --qps 0; binds/s over all binds;
-3. latency: the scheduler running unthrottled, pods created at a steady rate; create-to-bound
-   is from the create call's return to the bound pod's watch event, both seen by this process.
+Runs, each on its own fresh cluster:
 
-Every pod fits (fractions, whole GPUs, MIG slices, CPU-only), so only binding is measured;
-`tests/kube/live/test_e2e.py` covers the unschedulable side. Prints figures; with --json the
-last line is one JSON object.
+- raw: the pods are created unbound, then bound to nodes chosen in advance by a loop of
+  Binding POSTs (4 processes x 8 threads): the most binds/s this API server takes here;
+- kube-scheduler (v1.37, default profile) and gpufleet (`gpufleet scheduler`, the default
+  profile, under the ServiceAccount and RBAC of deploy/):
+  - batch: all pods created first, then the scheduler started: binds/s from the first to the
+    last bind, then the placement left: 8-GPU nodes still whole;
+  - rate: the scheduler running, pods created at a fixed rate: create-to-bound latency (from
+    the create call's return to the first watch event showing the pod bound, both on this
+    machine's monotonic clock);
+  each both at kube-scheduler's default client budget (50 QPS, burst 100) and unthrottled.
 
-    .venv/bin/python bench/e2e.py [--nodes 200] [--pods 1500] [--json]
+CPU seconds are each scheduler process's user + system time over its run. Prints a table;
+with --json the last line is one JSON object (the 5,000-node unthrottled figures at its top
+level when those ran, every run under "runs").
+
+    .venv/bin/python bench/e2e.py [--nodes 1000,5000] [--pods 10000] [--rate 200] [--budgets unthrottled,throttled] [--json]
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import multiprocessing
 import os
 import platform
 import random
-import re
+import ssl
 import statistics
 import subprocess
 import sys
@@ -34,41 +43,86 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx2
+import psutil
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpufleet.testing.apiserver import ApiServer, gpu_nodes  # noqa: E402
+from gpufleet.model import annotations as ann  # noqa: E402
+from gpufleet.testing.cluster import Cluster, ClusterOptions, binary  # noqa: E402
+from gpufleet.testing.cluster.binaries import read_versions  # noqa: E402
+from gpufleet.testing.gpu_nodes import KWOK_ANNOTATION, SHAPES, gpu_node  # noqa: E402
 
 PROFILES = ROOT / "src/gpufleet/framework/profiles"
+H100 = next(s for s in SHAPES if s.name == "p5.48xlarge")
+SIZES = ((1, 0.55), (2, 0.2), (4, 0.15), (8, 0.1))
+"""GPUs per pod and their shares: mean 2.35 GPUs."""
+Obj = dict[str, Any]
 
 
-def fitting_pods(n: int, prefix: str, seed: int) -> list[dict[str, Any]]:
-    """Pods that all fit on 200 nodes: small fractions, single GPUs, MIG 1g slices (one in 40:
-    the 200 nodes carve 72), CPU-only."""
-    rng = random.Random(seed)
+def nodes(n: int) -> list[Obj]:
+    rng = random.Random(1)
     out = []
     for i in range(n):
-        roll = rng.random()
-        limits: dict[str, Any] = ({"nvidia.com/mig-1g.10gb": 1} if i % 40 == 0 else
-                                  {"gpufleet.io/gpu-milli": rng.choice((100, 200))} if roll < 0.45 else
-                                  {"nvidia.com/gpu": 1} if roll < 0.6 else {})
-        out.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{prefix}-{i:05d}", "namespace": "default"},
-                    "spec": {"schedulerName": "gpufleet", "containers": [{
-                        "name": "main", "image": "x",
-                        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": limits}}]}})
+        node = gpu_node(f"gpu-{i:05d}", H100, rng, index=i)
+        node["metadata"]["annotations"].pop(KWOK_ANNOTATION)  # nothing plays the kubelet: no status writes
+        out.append(node)
     return out
 
 
-def _watch(url: str, out: Any) -> None:
-    """In a child process: print `name time` for each pod when first seen bound."""
+def pods(n: int, scheduler: str, seed: int = 2) -> list[Obj]:
+    rng = random.Random(seed)
+    sizes = rng.choices([s for s, _ in SIZES], weights=[w for _, w in SIZES], k=n)
+    return [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i:05d}", "namespace": "default"},
+             "spec": {"schedulerName": scheduler, "containers": [{
+                 "name": "main", "image": "train", "resources": {
+                     "requests": {"cpu": "1", "memory": "4Gi"}, "limits": {ann.GPU_RESOURCE: str(g)}}}]}}
+            for i, g in enumerate(sizes)]
+
+
+# --- talking to the API server
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    token: str
+    ca: str
+
+    def client(self, connections: int = 8) -> httpx2.Client:
+        return httpx2.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, trust_env=False,
+                             verify=ssl.create_default_context(cafile=self.ca), timeout=60,
+                             limits=httpx2.Limits(max_connections=connections, max_keepalive_connections=connections))
+
+
+def create_all(ep: Endpoint, objs: list[Obj], path: str, threads: int = 8) -> dict[str, float]:
+    """POST every object; name -> when its create returned."""
+    client = ep.client(threads)
+
+    def post(obj: Obj) -> tuple[str, float]:
+        r = client.post(path, content=json.dumps(obj).encode(), headers={"Content-Type": "application/json"})
+        if r.status_code != 201:
+            raise SystemExit(f"creating {obj['metadata']['name']}: {r.status_code} {r.text[:300]}")
+        return obj["metadata"]["name"], time.monotonic()
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            return dict(pool.map(post, objs))
+    finally:
+        client.close()
+
+
+def _watch(ep: Endpoint, out: Any) -> None:
+    """In a child process: put (name, time) for each pod when first seen bound."""
     seen: set[str] = set()
-    client = httpx2.Client(base_url=url, timeout=httpx2.Timeout(10, read=None), trust_env=False)
-    with client.stream("GET", "/api/v1/pods", params={"watch": "true"}) as r:
+    client = httpx2.Client(base_url=ep.url, headers={"Authorization": f"Bearer {ep.token}"}, trust_env=False,
+                           verify=ssl.create_default_context(cafile=ep.ca), timeout=httpx2.Timeout(10, read=None))
+    with client.stream("GET", "/api/v1/namespaces/default/pods", params={"watch": "true"}) as r:
         for line in r.iter_lines():
             if not line:
                 continue
@@ -80,168 +134,275 @@ def _watch(url: str, out: Any) -> None:
 
 
 class Watcher:
-    """Watches pods over HTTP and records when each is first seen bound (monotonic time).
+    """Pod watch in a child process (CLOCK_MONOTONIC is system-wide): when each pod was first seen bound."""
 
-    The watch runs in a child process (CLOCK_MONOTONIC is system-wide), so that decoding
-    every event does not take the local API server's interpreter lock in this process.
-    """
-
-    def __init__(self, url: str) -> None:
+    def __init__(self, ep: Endpoint) -> None:
         self.bound: dict[str, float] = {}
         self._queue: multiprocessing.Queue[tuple[str, float]] = multiprocessing.Queue()
-        self._proc = multiprocessing.Process(target=_watch, args=(url, self._queue), daemon=True)
+        self._proc = multiprocessing.Process(target=_watch, args=(ep, self._queue), daemon=True)
         self._proc.start()
-        self._thread = threading.Thread(target=self._drain, daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self) -> None:
         while True:
             name, t = self._queue.get()
             self.bound[name] = t
 
+    def wait(self, n: int, timeout_s: float, what: str, quiet_s: float = 15.0) -> None:
+        """Until all `n` pods are bound, or none more was bound for `quiet_s` (the rest fit nowhere now)."""
+        deadline = time.monotonic() + timeout_s
+        last, last_change = 0, time.monotonic()
+        while len(self.bound) < n:
+            now = time.monotonic()
+            if len(self.bound) != last:
+                last, last_change = len(self.bound), now
+            if last and now - last_change > quiet_s:
+                return
+            if now > deadline:
+                raise SystemExit(f"{what}: {len(self.bound)} of {n} pods bound after {timeout_s:.0f} s")
+            time.sleep(0.05)
+
     def stop(self) -> None:
         self._proc.terminate()
 
 
-def create(url: str, pods: list[dict[str, Any]], threads: int = 8) -> dict[str, float]:
-    client = httpx2.Client(base_url=url, timeout=30, trust_env=False,
-                           limits=httpx2.Limits(max_connections=threads, max_keepalive_connections=threads))
-
-    def post(pod: dict[str, Any]) -> tuple[str, float]:
-        r = client.post("/api/v1/namespaces/default/pods", content=json.dumps(pod).encode(),
-                        headers={"Content-Type": "application/json"})
-        r.raise_for_status()
-        return pod["metadata"]["name"], time.monotonic()
-    with ThreadPoolExecutor(threads) as pool:
-        done = dict(pool.map(post, pods))
-    client.close()
-    return done
+def whole_nodes_free(ep: Endpoint) -> int:
+    """Nodes with none of their 8 GPUs taken, from the bound pods read back."""
+    client = ep.client(1)
+    try:
+        items = client.get("/api/v1/pods").json()["items"]
+        node_names = [n["metadata"]["name"] for n in client.get("/api/v1/nodes").json()["items"]]
+    finally:
+        client.close()
+    used = {p["spec"]["nodeName"] for p in items if p["spec"].get("nodeName")}
+    return sum(1 for n in node_names if n not in used)
 
 
-ASSIGN = ["binding"]
-"""--assign-with for the scheduler (set from the command line)."""
-PROFILE = [PROFILES / "default.yaml"]
-"""--config for the scheduler (set from the command line: --profile)."""
+def untaint_nodes(ep: Endpoint, n: int) -> None:
+    """kube-apiserver's TaintNodesByCondition admission taints every new node
+    `node.kubernetes.io/not-ready:NoSchedule`; the node-lifecycle controller (off here) lifts it from
+    Ready nodes. Lift it as that controller would."""
+    client = ep.client(8)
+
+    def lift(i: int) -> None:
+        r = client.patch(f"/api/v1/nodes/gpu-{i:05d}", content=b'{"spec":{"taints":null}}',
+                         headers={"Content-Type": "application/merge-patch+json"})
+        if r.status_code != 200:
+            raise SystemExit(f"untaint gpu-{i:05d}: {r.status_code} {r.text[:200]}")
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lift, range(n)))
+    finally:
+        client.close()
 
 
-def start_scheduler(kubeconfig: Path, log: Path, qps: float, burst: int) -> subprocess.Popen[bytes]:
+# --- one run
+
+
+def fresh_cluster(tmp: Path, name: str, n_nodes: int) -> tuple[Cluster, Endpoint]:
+    c = Cluster(tmp / name, ClusterOptions(audit=False, node_lifecycle=False))
+    c.start()
+    admin = c.admin
+    for path in ("deploy/namespace.yaml", "deploy/crds/podgroups.scheduling.x-k8s.io.yaml",
+                 "deploy/crds/queues.gpufleet.io.yaml", "deploy/scheduler/rbac.yaml"):
+        for doc in yaml.safe_load_all((ROOT / path).read_text()):
+            if doc:
+                admin.create(doc)
+    ep = Endpoint(c.url, c.admin_token, str(c.ca_file))
+    create_all(ep, nodes(n_nodes), "/api/v1/nodes", threads=8)
+    untaint_nodes(ep, n_nodes)
+    c.wait_for_service_account("default")
+    return c, ep
+
+
+def start_scheduler(which: str, c: Cluster, tmp: Path, qps: float, burst: int, profile: Path) -> subprocess.Popen[bytes]:
+    log = (tmp / f"{which}.log").open("ab")
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    if which == "kube-scheduler":
+        kubeconfig = c.workdir / "kube-scheduler.kubeconfig"
+        config = tmp / "kube-scheduler.yaml"
+        # unthrottled: client-go builds no rate limiter for a negative QPS
+        config.write_text(json.dumps({
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig), "qps": qps if qps > 0 else -1, "burst": burst},
+            "leaderElection": {"leaderElect": False}}))
+        cmd = [str(binary("kube-scheduler")), f"--config={config}", f"--authentication-kubeconfig={kubeconfig}",
+               f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1", "--secure-port=0", "--v=1"]
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    kubeconfig = c.service_account_kubeconfig("gpufleet-system", "gpufleet-scheduler", tmp / "gpufleet.kubeconfig")
     env["PYTHONPATH"] = str(ROOT / "src")
     cmd = [sys.executable, "-m", "gpufleet.cli.scheduler_cmd", "scheduler", "--kubeconfig", str(kubeconfig),
-           "--config", str(PROFILE[0]), "--http-port", "0", "--qps", str(qps), "--burst", str(burst),
-           "--log-level", "WARNING", "--assign-with", ASSIGN[0]]
-    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
+           "--config", str(profile), "--http-port", "0", "--qps", str(qps), "--burst", str(burst),
+           "--log-level", "WARNING"]
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
-def cluster(nodes: int, tmp: Path, name: str) -> tuple[ApiServer, Path]:
-    srv = ApiServer(history=100_000).start()
-    for n in gpu_nodes(nodes, seed=1):
-        srv.create(n)
-    return srv, srv.write_kubeconfig(tmp / f"{name}.kubeconfig")
-
-
-def wait_bound(w: Watcher, n: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while len(w.bound) < n and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if len(w.bound) < n:
-        raise SystemExit(f"only {len(w.bound)} of {n} pods bound after {timeout_s} s")
-
-
-def batch(nodes: int, pods: int, qps: float, burst: int, tmp: Path, name: str) -> dict[str, float]:
-    srv, kc = cluster(nodes, tmp, name)
+def cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
     try:
-        create(srv.url, fitting_pods(pods, name, seed=2))
-        w = Watcher(srv.url)
-        proc = start_scheduler(kc, tmp / f"{name}.log", qps, burst)
-        try:
-            wait_bound(w, pods, timeout_s=pods / max(qps, 20) + 120)
-        finally:
-            proc.terminate()
-            proc.wait(20)
-            w.stop()
-        times = sorted(w.bound.values())
-        skip = min(2 * burst, pods // 2) if qps > 0 else 0
-        steady = (len(times) - 1 - skip) / (times[-1] - times[skip])
-        return {"pods": pods, "binds_per_s": round(steady, 1),
-                "all_binds_s": round(times[-1] - times[0], 2), "counted_after": skip}
-    finally:
-        srv.stop()
+        t = psutil.Process(proc.pid).cpu_times()
+        return t.user + t.system
+    except psutil.Error:
+        return float("nan")
 
 
-def latency(nodes: int, pods: int, rate: float, tmp: Path) -> dict[str, float]:
-    srv, kc = cluster(nodes, tmp, "latency")
+def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, rate: float, tmp: Path,
+                  profile: Path) -> Obj:
+    name = f"{which}-{mode}-{n_nodes}-{'q' if qps else 'u'}"
+    scheduler_name = "default-scheduler" if which == "kube-scheduler" else "gpufleet"
+    c, ep = fresh_cluster(tmp, name, n_nodes)
     try:
-        w = Watcher(srv.url)
-        proc = start_scheduler(kc, tmp / "latency.log", 0, 100)
-        try:
-            while not re.search(r"http :\d+", (tmp / "latency.log").read_text()):
-                time.sleep(0.1)
-            time.sleep(1.0)  # informers synced
+        work = pods(n_pods, scheduler_name)
+        watcher = Watcher(ep)
+        pod_path = "/api/v1/namespaces/default/pods"
+        if mode == "batch":
+            create_all(ep, work, pod_path)
+            started = time.monotonic()
+            proc = start_scheduler(which, c, tmp / name, qps, 100, profile)
             created: dict[str, float] = {}
-            pending = fitting_pods(pods, "lat", seed=3)
-            start = time.monotonic()
-            for i in range(0, pods, 10):  # ten pods per create burst, paced to `rate`
-                created.update(create(srv.url, pending[i:i + 10], threads=10))
-                lag = start + (i + 10) / rate - time.monotonic()
+        else:
+            proc = start_scheduler(which, c, tmp / name, qps, 100, profile)
+            time.sleep(5)  # the scheduler's informers synced
+            started = time.monotonic()
+            created = {}
+            for i in range(0, n_pods, 10):  # ten pods per burst, paced to `rate`
+                created.update(create_all(ep, work[i:i + 10], pod_path, threads=10))
+                lag = started + (i + 10) / rate - time.monotonic()
                 if lag > 0:
                     time.sleep(lag)
-            wait_bound(w, pods, 120)
+        try:
+            watcher.wait(n_pods, timeout_s=n_pods / max(qps, 20) + 600, what=name)
+            time.sleep(1)
+            cpu = cpu_seconds(proc)
         finally:
             proc.terminate()
-            proc.wait(20)
-            w.stop()
-        lat = sorted(w.bound[k] - created[k] for k in created)
-        return {"pods": pods, "rate_per_s": rate, "p50_ms": round(1000 * statistics.median(lat), 1),
-                "p99_ms": round(1000 * lat[int(0.99 * (len(lat) - 1))], 1), "max_ms": round(1000 * lat[-1], 1)}
+            proc.wait(30)
+            watcher.stop()
+        times = sorted(watcher.bound.values())
+        if len(times) < 2:
+            raise SystemExit(f"{name}: {len(times)} pods bound; logs in {tmp / name}")
+        result: Obj = {"scheduler": which, "mode": mode, "nodes": n_nodes, "pods": n_pods,
+                       "budget": f"{qps:g} QPS" if qps else "unthrottled", "bound": len(times),
+                       "binds_per_s": round((len(times) - 1) / (times[-1] - times[0]), 1),
+                       "wall_s": round(times[-1] - started, 1), "cpu_s": round(cpu, 1)}
+        if mode == "batch":
+            result["whole_nodes_free"] = whole_nodes_free(ep)
+        else:
+            lat = sorted(watcher.bound[k] - created[k] for k in created if k in watcher.bound)
+            result.update(rate_per_s=rate, p50_ms=round(1000 * statistics.median(lat), 1),
+                          p99_ms=round(1000 * lat[int(0.99 * (len(lat) - 1))], 1))
+        return result
     finally:
-        srv.stop()
+        c.stop()
+
+
+# --- the raw bind limit
+
+
+def _bind_worker(ep: Endpoint, jobs: list[tuple[str, str]], out: Any) -> None:
+    client = ep.client(8)
+
+    def bind(job: tuple[str, str]) -> None:
+        pod, node = job
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "namespace": "default"},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        r = client.post(f"/api/v1/namespaces/default/pods/{pod}/binding", content=json.dumps(body).encode(),
+                        headers={"Content-Type": "application/json"})
+        if r.status_code != 201:
+            raise SystemExit(f"bind {pod}: {r.status_code} {r.text[:200]}")
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(bind, jobs))
+    client.close()
+    out.put(time.monotonic())
+
+
+def raw_run(n_nodes: int, n_pods: int, tmp: Path) -> Obj:
+    c, ep = fresh_cluster(tmp, f"raw-{n_nodes}", n_nodes)
+    try:
+        work = pods(n_pods, "nobody")
+        create_all(ep, work, "/api/v1/namespaces/default/pods")
+        free = [8] * n_nodes
+        jobs: list[tuple[str, str]] = []
+        for p in work:  # first fit in creation order, chosen before the clock starts
+            g = int(p["spec"]["containers"][0]["resources"]["limits"][ann.GPU_RESOURCE])
+            for i, f in enumerate(free):
+                if f >= g:
+                    free[i] -= g
+                    jobs.append((p["metadata"]["name"], f"gpu-{i:05d}"))
+                    break
+        done: multiprocessing.Queue[float] = multiprocessing.Queue()
+        workers = [multiprocessing.Process(target=_bind_worker, args=(ep, jobs[k::4], done)) for k in range(4)]
+        start = time.monotonic()
+        for w in workers:
+            w.start()
+        ends = [done.get(timeout=900) for _ in workers]
+        for w in workers:
+            w.join(10)
+        return {"scheduler": "raw", "mode": "batch", "nodes": n_nodes, "pods": len(jobs),
+                "binds_per_s": round(len(jobs) / (max(ends) - start), 1)}
+    finally:
+        c.stop()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--nodes", type=int, default=200)
-    parser.add_argument("--pods", type=int, default=1500, help="pods per throughput phase")
-    parser.add_argument("--latency-pods", type=int, default=1000)
-    parser.add_argument("--rate", type=float, default=100.0, help="pods created per second in the latency phase")
-    parser.add_argument("--assign-with", choices=["binding", "patch"], default="binding",
-                        help="how the scheduler writes the assignment annotation (see docs/scheduler.md)")
-    parser.add_argument("--phases", default="throttled,unthrottled,latency")
-    parser.add_argument("--profile", default="default",
-                        help="a shipped profile (default, bestfit, ...) or a profile YAML file (default: default)")
+    parser.add_argument("--nodes", default="1000,5000", help="node counts, comma-separated (default 1000,5000)")
+    parser.add_argument("--pods", type=int, default=10_000)
+    parser.add_argument("--rate", type=float, default=200.0, help="pods created per second in the rate runs")
+    parser.add_argument("--budgets", default="unthrottled,throttled")
+    parser.add_argument("--schedulers", default="raw,kube-scheduler,gpufleet")
+    parser.add_argument("--modes", default="batch,rate")
+    parser.add_argument("--profile", default="default", help="gpufleet's profile: a shipped name or a YAML file")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    ASSIGN[0] = args.assign_with
-    PROFILE[0] = Path(args.profile) if args.profile.endswith((".yaml", ".yml")) else PROFILES / f"{args.profile}.yaml"
-    if not PROFILE[0].is_file():
-        parser.error(f"--profile: no such profile {args.profile!r} ({PROFILE[0]})")
-    phases = set(args.phases.split(","))
+    profile = Path(args.profile) if args.profile.endswith((".yaml", ".yml")) else PROFILES / f"{args.profile}.yaml"
+    if not profile.is_file():
+        parser.error(f"--profile: no such profile {args.profile!r} ({profile})")
+    budgets = {"unthrottled": 0.0, "throttled": 50.0}
+    runs: list[Obj] = []
+    c_versions: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        throttled: dict[str, float] = {}
-        unthrottled: dict[str, float] = {}
-        lat: dict[str, float] = {}
-        if "throttled" in phases:
-            throttled = batch(args.nodes, min(args.pods, 800), 50, 100, tmp, "throttled")
-            throttled["budget_qps"] = 50
-            throttled["of_budget_pct"] = round(100 * throttled["binds_per_s"] / 50, 1)
-            print(f"throttled (--qps 50 --burst 100): {throttled['binds_per_s']} binds/s after the burst "
-                  f"= {throttled['of_budget_pct']} % of the 50 QPS budget ({throttled['pods']} pods)")
-        if "unthrottled" in phases:
-            unthrottled = batch(args.nodes, args.pods, 0, 100, tmp, "unthrottled")
-            print(f"unthrottled (--qps 0): {unthrottled['binds_per_s']} binds/s ({unthrottled['pods']} pods in "
-                  f"{unthrottled['all_binds_s']} s)")
-        if "latency" in phases:
-            lat = latency(args.nodes, args.latency_pods, args.rate, tmp)
-            print(f"create-to-bound at {lat['rate_per_s']:.0f} pods/s, unthrottled: p50 {lat['p50_ms']} ms, "
-                  f"p99 {lat['p99_ms']} ms, max {lat['max_ms']} ms")
-    result = {"machine": f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
-              "nodes": args.nodes, "assign_with": args.assign_with, "profile": args.profile, "throttled": throttled,
-              "unthrottled": unthrottled, "latency": lat,
-              "goals_met": throttled.get("of_budget_pct", 0) >= 95 and unthrottled.get("binds_per_s", 0) >= 500}
+        for n_nodes in (int(x) for x in args.nodes.split(",")):
+            for which in args.schedulers.split(","):
+                if which == "raw":
+                    runs.append(raw_run(n_nodes, args.pods, tmp))
+                    print(_line(runs[-1]), flush=True)
+                    continue
+                for budget in args.budgets.split(","):
+                    for mode in args.modes.split(","):
+                        (tmp / f"{which}-{mode}-{n_nodes}-{'q' if budgets[budget] else 'u'}").mkdir()
+                        runs.append(scheduler_run(which, mode, n_nodes, args.pods, budgets[budget], args.rate, tmp,
+                                                  profile))
+                        print(_line(runs[-1]), flush=True)
+        c_versions = read_versions().as_dict()
+    result: Obj = {"machine": f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
+                   "control_plane": c_versions, "profile": args.profile, "pods": args.pods, "rate_per_s": args.rate,
+                   "runs": runs}
+    result.update(headline(runs, max(int(x) for x in args.nodes.split(","))))
     if args.json:
         print(json.dumps(result))
     return 0
+
+
+def _line(r: Obj) -> str:
+    extra = (f"whole nodes free {r['whole_nodes_free']}" if "whole_nodes_free" in r else
+             f"p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms" if "p99_ms" in r else "")
+    return (f"{r['nodes']:>5} nodes {r['scheduler']:>14} {r['mode']:>5} {r.get('budget', ''):>11}: "
+            f"{r['binds_per_s']:>7} binds/s, {r.get('bound', r['pods'])} bound, cpu {r.get('cpu_s', '-')} s  {extra}")
+
+
+def headline(runs: list[Obj], nodes: int) -> Obj:
+    def find(s: str, mode: str) -> Obj:
+        return next((r for r in runs if r["scheduler"] == s and r["mode"] == mode and r["nodes"] == nodes
+                     and r.get("budget", "unthrottled") == "unthrottled"), {})
+    raw, gb, kb, gr, kr = find("raw", "batch"), find("gpufleet", "batch"), find("kube-scheduler", "batch"), \
+        find("gpufleet", "rate"), find("kube-scheduler", "rate")
+    return {"nodes": nodes, "raw_binds_per_s": raw.get("binds_per_s"),
+            "gpufleet_binds_per_s": gb.get("binds_per_s"), "kube_scheduler_binds_per_s": kb.get("binds_per_s"),
+            "gpufleet_p99_ms": gr.get("p99_ms"), "kube_scheduler_p99_ms": kr.get("p99_ms"),
+            "gpufleet_whole_nodes_free": gb.get("whole_nodes_free"),
+            "kube_scheduler_whole_nodes_free": kb.get("whole_nodes_free"),
+            "gpufleet_cpu_s": gb.get("cpu_s"), "kube_scheduler_cpu_s": kb.get("cpu_s")}
 
 
 if __name__ == "__main__":

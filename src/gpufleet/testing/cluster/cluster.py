@@ -51,7 +51,8 @@ DURATION_ANNOTATION = "gpufleet.io/test-duration"
 """A pod with this annotation (a Go duration, "30s") succeeds that long after it starts running
 (KWOK's stage `pod-complete` in kwok-stages.yaml reads it)."""
 ADMIN = "gpufleet-test-admin"
-CONTROL_PLANE_USERS = ("system:kube-controller-manager", "system:apiserver", "kwok", "karpenter")
+CONTROL_PLANE_USERS = ("system:kube-controller-manager", "system:kube-scheduler", "system:apiserver", "kwok",
+                       "karpenter")
 """Identities whose requests the audit log leaves out (with kube-system's service accounts)."""
 
 
@@ -177,6 +178,11 @@ class Cluster:
             self._admin = KubeClient(self.url, self._tokens[ADMIN], str(self.ca_file))
         return self._admin
 
+    @property
+    def admin_token(self) -> str:
+        """The test admin's bearer token (system:masters), for clients of one's own."""
+        return self._tokens[ADMIN]
+
     def client(self, token: str) -> KubeClient:
         return KubeClient(self.url, token, str(self.ca_file))
 
@@ -247,8 +253,8 @@ class Cluster:
 
     def _write_files(self) -> None:
         d = self.workdir
-        users = {ADMIN: "system:masters", "system:kube-controller-manager": "", "system:apiserver": "",
-                 "kwok": "system:masters", "karpenter": "system:masters"}
+        users = {ADMIN: "system:masters", "system:kube-controller-manager": "", "system:kube-scheduler": "",
+                 "system:apiserver": "", "kwok": "system:masters", "karpenter": "system:masters"}
         lines = [f'{self._tokens[u]},{u},{u},"{group}"' for u, group in users.items()]
         (d / "tokens.csv").write_text("\n".join(lines) + "\n")
         (d / "tokens.csv").chmod(0o600)
@@ -260,6 +266,8 @@ class Cluster:
                       {"level": "Metadata"}]}))
         self.write_kubeconfig(d / "kube-controller-manager.kubeconfig",
                               token=self._tokens["system:kube-controller-manager"], user="kube-controller-manager")
+        self.write_kubeconfig(d / "kube-scheduler.kubeconfig", token=self._tokens["system:kube-scheduler"],
+                              user="kube-scheduler")
         self.write_kubeconfig(d / "kwok.kubeconfig", token=self._tokens["kwok"], user="kwok")
         self.write_kubeconfig(d / "karpenter.kubeconfig", token=self._tokens["karpenter"], user="karpenter")
         self.write_kubeconfig(d / "admin.kubeconfig")
