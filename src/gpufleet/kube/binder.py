@@ -48,6 +48,11 @@ from gpufleet.model import annotations as ann
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
 UNSCHEDULABLE = "Unschedulable"
+GANG_UNSCHEDULABLE = "GangUnschedulable"
+"""With `--karpenter` (gangs provisioned by gpufleet): a gang member without a NodeClaim of gpufleet's
+to wait for (its gang incomplete, beyond the NodePools' limits, the NodePools not read yet). Any
+reason but `Unschedulable` keeps Karpenter away: it provisions for pods one by one, which would
+add nodes for part of a gang."""
 GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 
 
@@ -184,7 +189,7 @@ class Binder:
                        lambda: self._rest.patch(pod_url(obj, "status"), body, STRATEGIC))
         except (_Conflict, KubeError):
             return False
-        if reason == UNSCHEDULABLE:
+        if reason in (UNSCHEDULABLE, GANG_UNSCHEDULABLE):
             self._events.record(obj, reason="FailedScheduling", note=message, warning=True, limit_key=key)
         return True
 
@@ -214,12 +219,13 @@ class Binder:
                     delay = min(delay * 2, 30.0)
                     continue
                 self._metrics.evictions.labels("failed").inc()
-                log.warning("%s", exc)
+                self._retrier.failed("evict pods", exc)  # an outage: one warning, not one per victim
                 return False
             except KubeError as exc:
                 self._metrics.evictions.labels("failed").inc()
-                log.warning("%s", exc)
+                self._retrier.failed("evict pods", exc)
                 return False
+            self._retrier.succeeded("evict pods")
             self._metrics.evictions.labels("evicted").inc()
             if event is not None:
                 self._events.record(obj, reason=event, note=why, action="Preempting")

@@ -106,6 +106,15 @@ class Retrier:
                 return result
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    def failed(self, operation: str, exc: KubeError) -> None:
+        """A failure of a call the caller made and handles itself, logged as `call` logs its
+        own: once per episode and kind."""
+        self._report(operation, exc, False)
+
+    def succeeded(self, operation: str) -> None:
+        """A success of such a call: it may end the operation's failure episode."""
+        self._succeeded(operation)
+
     def _backoff(self, attempt: int) -> float:
         return self._jittered(min(self.policy.max_delay_s, self.policy.first_delay_s * 2 ** (attempt - 1)))
 
