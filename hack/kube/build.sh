@@ -49,5 +49,24 @@ build kube-scheduler kubernetes k8s.io/kubernetes/cmd/kube-scheduler "$K8S_LDFLA
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
 # Karpenter v1.15 asks for Go 1.26.9: the go command fetches that toolchain from the module proxy.
 GOTOOLCHAIN=auto build karpenter-kwok karpenter sigs.k8s.io/karpenter/kwok
+
+# Karpenter's CRDs (NodePool, NodeClaim, NodeOverlay, KWOKNodeClass, ...) from the same module, beside
+# bin/ in crds/karpenter/, so that the tests need no Go module cache (gpufleet.testing.cluster.karpenter).
+crds() {
+    local dest="$BIN/../crds/karpenter"
+    if [ -f "$dest/.complete" ]; then
+        echo "kube: karpenter CRDs present"
+        return
+    fi
+    local start=$SECONDS src
+    src=$(cd "$HERE/karpenter" && GOTOOLCHAIN=auto go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)
+    [ -n "$src" ] || { echo "kube: sigs.k8s.io/karpenter is not in the module cache" >&2; exit 1; }
+    rm -rf "$dest" && mkdir -p "$dest"
+    cp "$src"/kwok/charts/crds/*.yaml "$src"/kwok/apis/crds/*.yaml "$dest/"
+    chmod 644 "$dest"/*.yaml
+    touch "$dest/.complete"
+    echo "kube: copied karpenter CRDs in $((SECONDS - start)) s"
+}
+crds
 echo "kube: control plane ready in $((SECONDS - total)) s"
 echo "$BIN"
