@@ -4,7 +4,8 @@
                        [--leader-elect] [--lease-namespace gpufleet-system] [--lease-name gpufleet-scheduler]
                        [--http-port 8080] [--qps 50] [--burst 100] [--log-level INFO]
                        [--device-fault-grace 30] [--node-fault-grace 300] [--no-fault-eviction]
-                       [--karpenter [--karpenter-provision gangs,fractions,mig] [--no-karpenter-guard]]
+                       [--karpenter [--karpenter-provision gangs,fractions,mig] [--no-karpenter-guard]
+                                    [--karpenter-release-after 30]]
     gpufleet snapshot dump [--kubeconfig PATH] [--scheduler-name gpufleet] > snap.json
     gpufleet snapshot replay snap.json [--profile NAME|FILE] [--seed N]
 
@@ -88,6 +89,9 @@ def add_parser(subparsers: Any) -> None:
                         "(default: all; the rest are left to Karpenter)")
     p.add_argument("--no-karpenter-guard", action="store_true",
                    help="do not manage karpenter.sh/do-not-disrupt on GPU nodes")
+    p.add_argument("--karpenter-release-after", type=float, default=30.0,
+                   metavar="SECONDS", help="a guarded GPU node loses karpenter.sh/do-not-disrupt once its GPUs "
+                                           "have been idle this long (default: %(default)s)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_run)
 
@@ -149,7 +153,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         faults = FaultSettings(args.device_fault_grace, args.node_fault_grace, evict=not args.no_fault_eviction)
         karpenter = (KarpenterSettings(frozenset(k.strip() for k in args.karpenter_provision.split(",") if k.strip()),
-                                       guard=not args.no_karpenter_guard) if args.karpenter else None)
+                                       guard=not args.no_karpenter_guard,
+                                       release_after_s=args.karpenter_release_after) if args.karpenter else None)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     rest = _connect(args.kubeconfig, args.api_timeout)

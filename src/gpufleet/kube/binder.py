@@ -100,6 +100,7 @@ class Binder:
     def _bind(self, key: str, obj: Obj, p: Placement, node: NodeInfo, first_seen: float) -> bool:
         m = meta(obj)
         text = ann.encode_assignment(assignment(p, node))
+        failed: list[str] = []  # the kinds of the bind's failed tries
         try:
             body: dict[str, Any] = {"metadata": {"annotations": {ann.ASSIGNMENT_ANNOTATION: text}}}
             if m.get("resourceVersion"):
@@ -111,7 +112,8 @@ class Binder:
                        "metadata": {"name": m.get("name"), "namespace": m.get("namespace") or "default",
                                     "uid": m.get("uid"), "annotations": {ann.ASSIGNMENT_ANNOTATION: text}},
                        "target": {"apiVersion": "v1", "kind": "Node", "name": p.node}}
-            self._call("bind pods", f"bind pod {key} to {p.node}", lambda: self._rest.post(pod_url(obj, "binding"), binding))
+            self._call("bind pods", f"bind pod {key} to {p.node}", lambda: self._rest.post(pod_url(obj, "binding"), binding),
+                       failed=failed)
         except _Conflict as exc:
             self._metrics.bind_errors.labels("conflict").inc()
             if exc.binding:
@@ -123,7 +125,9 @@ class Binder:
             return False
         except KubeError as exc:
             self._metrics.bind_errors.labels(exc.kind).inc()
-            if self._maybe_bound(key, obj, exc):
+            # An earlier try whose reply was lost may have bound the pod, whatever the last try
+            # got (kube-apiserver killed mid-bind, then 403s while its RBAC cache fills).
+            if any(_reply_lost(kind) for kind in failed) or self._maybe_bound(key, obj, exc):
                 self._cache.finish_binding(key)  # the server may have bound it: wait for the watch
             else:
                 self._cache.forget(key)
@@ -154,11 +158,13 @@ class Binder:
             return True
         return bool((current.get("spec") or {}).get("nodeName"))
 
-    def _call(self, kind: str, what: str, fn: Callable[[], object], *, binding: bool = True) -> None:
+    def _call(self, kind: str, what: str, fn: Callable[[], object], *, binding: bool = True,
+              failed: list[str] | None = None) -> None:
         """One request under the QPS budget; retried on 5xx/429/timeouts, never on 409.
 
         `kind` ("bind pods") keys the Retrier's logging, so an outage during which every bind
-        fails is one warning, not one per pod; `what` names the pod in the message.
+        fails is one warning, not one per pod; `what` names the pod in the message. The kind
+        of each retried failure is appended to `failed`.
         """
         def once() -> object:
             self._bucket.acquire()
@@ -168,6 +174,8 @@ class Binder:
             except TemporaryError as exc:
                 if exc.kind == "HTTP 409":
                     raise _Conflict(str(exc), binding) from exc
+                if failed is not None:
+                    failed.append(exc.kind)
                 raise
         self._retrier.call(kind, once)
 
@@ -302,6 +310,11 @@ class _Conflict(KubeError):
 
 CLEAN_FAILURES = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout", "UnsupportedProtocol"})
 """Transport errors raised before the request reached the server: it certainly was not applied."""
+
+
+def _reply_lost(kind: str) -> bool:
+    """A transport failure after the request may have reached the server (a timeout, a reset)."""
+    return not kind.startswith("HTTP ") and kind not in CLEAN_FAILURES
 
 
 def _devices(text: str) -> str:

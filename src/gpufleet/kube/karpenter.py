@@ -280,12 +280,13 @@ class Provisioner:
             return {}
         self._warned_no_pools = False
         aug = with_nodes(snapshot, [templates[pool].node_info(name) for name, pool in sorted(inflight.items())])
-        first = schedule(aug, targets, profile, now=now, rng=random.Random(0))
-        covered: dict[PodUid, str] = {b.pod: b.node for b in first.binds if b.node in inflight}
-        placed = {b.pod for b in first.binds}
+        # No nodes at all (a cluster Karpenter alone grows): nothing to place on before planning.
+        binds = schedule(aug, targets, profile, now=now, rng=random.Random(0)).binds if aug.cluster.n_nodes else ()
+        covered: dict[PodUid, str] = {b.pod: b.node for b in binds if b.node in inflight}
+        placed = {b.pod for b in binds}
         rest = [p for p in targets if p.uid not in placed]
         if rest:
-            covered.update(self._provision(rest, templates, aug.apply(first.binds), profile, now))
+            covered.update(self._provision(rest, templates, aug.apply(binds), profile, now))
         # A gang waits whole: its members that fit on existing nodes wait for its NodeClaim too, and
         # those nodes are kept from consolidation meanwhile.
         by_group: dict[str, str] = {}
@@ -295,7 +296,7 @@ class Provisioner:
         for p in targets:
             if p.uid not in covered and p.pod_group in by_group:
                 covered[p.uid] = by_group[p.pod_group]
-        self._reserved = {b.node for b in first.binds if b.pod in covered and b.node not in inflight}
+        self._reserved = {b.node for b in binds if b.pod in covered and b.node not in inflight}
         return covered
 
     def _provision(self, pods: list[PodSpec], templates: Mapping[str, NodeTemplate], snapshot: ClusterSnapshot,

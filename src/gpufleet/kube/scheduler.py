@@ -41,7 +41,7 @@ from gpufleet.core.result import Eviction
 from gpufleet.framework.plugins.fragmentation import FragModel, typical_tasks
 from gpufleet.framework.profile import Profile, ProfileForMix, ProfileSettings
 from gpufleet.kube import translate
-from gpufleet.kube.binder import GATED_MESSAGE, UNSCHEDULABLE, Binder, status_is
+from gpufleet.kube.binder import GANG_UNSCHEDULABLE, GATED_MESSAGE, UNSCHEDULABLE, Binder, status_is
 from gpufleet.kube.cache import Pending, SchedulerCache
 from gpufleet.kube.events import EventRecorder
 from gpufleet.kube.faults import FaultFollower, FaultSettings
@@ -282,21 +282,21 @@ class SchedulerService:
                 self._written.pop(pod.key, None)
                 self.binder.bind(pod.key, pod.obj, placement, nodes[placement.node], pod.seen)
             self.metrics.attempts.labels("scheduled").inc(len(result.binds))
-            self._covered = (self.karpenter.provision(snapshot, specs, result.unschedulable, profile, wall)
+            self._covered = (self.karpenter.provision(snapshot, specs, self._provisionable(specs, result.unschedulable),
+                                                      profile, wall)
                              if self.karpenter is not None and result.unschedulable else {})
             for uid, status in result.unschedulable.items():
-                message = status.message or "no reason given"
-                claim = self._covered.get(uid)
-                if claim is not None:  # a nominatedNodeName makes Karpenter leave the pod to gpufleet
-                    message = f"waiting for NodeClaim {claim}, created by gpufleet: {message}"
-                self._report(by_uid[uid], message, UNSCHEDULABLE, nominated=claim)
+                self._report_unschedulable(by_uid[uid], status.message or "no reason given")
             self.metrics.attempts.labels("unschedulable").inc(len(result.unschedulable))
             self._evict(result.evictions)
             self._nominate(result.nominated, result.evictions, by_uid)
-        elif specs:
-            self._covered = {}
+        elif specs and snapshot is not None:
+            # No nodes at all: with Karpenter, a cluster often starts so; the provisioner plans from its NodePools.
+            self._covered = (self.karpenter.provision(snapshot, specs, self._provisionable(specs, by_uid),
+                                                      self._build_profile(specs), time.time())
+                             if self.karpenter is not None else {})
             for p in by_uid.values():
-                self._report(p, "0/0 nodes are available.", UNSCHEDULABLE)
+                self._report_unschedulable(p, "0/0 nodes are available.")
         if time.monotonic() - self._last_gauges >= self.settings.metrics_interval_s:
             # O(all pods): not on every cycle (while hundreds of binds echo back, cycles are 50 ms apart)
             self._last_gauges = time.monotonic()
@@ -308,6 +308,29 @@ class SchedulerService:
             self._queues(snapshot, specs)
             if self.karpenter is not None and self.karpenter.settings.guard:
                 self.karpenter.guard.update(snapshot, self.karpenter.waiting_nodes(self._covered))
+
+    def _provisionable(self, specs: list[PodSpec], unschedulable: Iterable[PodUid]) -> set[PodUid]:
+        """The unschedulable pods the provisioner may plan for: gang members only once the PodGroups
+        are read (the PodGroup informer syncs apart from the pods'; without its minMember a gang
+        would be planned as the members seen so far)."""
+        if self.informers[2].synced.is_set():
+            return set(unschedulable)
+        gang = {p.uid for p in specs if p.pod_group}
+        return {u for u in unschedulable if u not in gang}
+
+    def _report_unschedulable(self, p: Pending, message: str) -> None:
+        """Unschedulable, or waiting for a NodeClaim of gpufleet's (`nominatedNodeName` set, which makes
+        Karpenter leave the pod to gpufleet); a gang member gpufleet provisions for but has no NodeClaim
+        for yet gets `GangUnschedulable`, not the `Unschedulable` Karpenter would provision for."""
+        claim = self._covered.get(p.spec.uid) if p.spec is not None else None
+        if claim is not None:
+            self._report(p, f"waiting for NodeClaim {claim}, created by gpufleet: {message}", UNSCHEDULABLE,
+                         nominated=claim)
+        elif (self.karpenter is not None and p.spec is not None and p.spec.pod_group
+              and "gangs" in self.karpenter.settings.provision):
+            self._report(p, message, GANG_UNSCHEDULABLE)
+        else:
+            self._report(p, message, UNSCHEDULABLE)
 
     def _report(self, p: Pending, message: str, reason: str, nominated: str | None = None) -> None:
         marker = f"{reason}\n{message}\n{nominated or ''}"
