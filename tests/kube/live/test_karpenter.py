@@ -1,17 +1,15 @@
-"""Karpenter integration: NodePools as node templates, NodeClaims for what Karpenter cannot size,
-the condition Karpenter reacts to, and the do-not-disrupt guard on busy GPU nodes.
+"""Karpenter integration without a server: NodePools as node templates, NodeClaim bodies, which
+pods gpufleet provisions for, and the do-not-disrupt guard's timing.
 
-The live tests run the scheduler in process (`--karpenter`) against the local API server with
-the karpenter.sh/v1 CRDs from `fixtures/` and a simulated cloud provider that turns each
-NodeClaim into a GPU node (`gpufleet.testing.apiserver.karpenter`).
+With the real Karpenter (its KWOK provider) on the real control plane: tests/live/test_karpenter_live.py.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -20,14 +18,41 @@ from gpufleet.kube.karpenter import KarpenterSettings
 from gpufleet.kube.nodepools import claim_body, pool_template
 from gpufleet.model import ClusterSnapshot, ModelError, PodGroup
 from gpufleet.kube import translate
-from gpufleet.testing.apiserver import ApiServer
-from gpufleet.testing.apiserver.karpenter import SimulatedKarpenter
 from gpufleet.testing.gpu_nodes import SHAPES, gpu_node
 
-from .gpu_cluster import H100, H100_SHAPE, Bindings, cluster, condition, nodepool, pod, podgroup, scheduler, wait_until
+H100 = "NVIDIA-H100-80GB-HBM3"
+H100_SHAPE = {"instanceType": "p5.48xlarge", "gpuProduct": H100, "gpus": 8, "gpuMemoryMiB": 81559, "cpu": "192",
+              "memory": "2048Gi", "pricePerHour": 98.32, "startSeconds": 300}
+Obj = dict[str, Any]
 
-A10 = {"instanceType": "g5.xlarge", "gpuProduct": "NVIDIA-A10", "gpus": 1, "gpuMemoryMiB": 23028, "cpu": "4",
-       "memory": "16Gi", "pricePerHour": 1.0}
+
+def nodepool(name: str, *, shape: dict[str, Any] | None = None, instance_type: str = "p5.48xlarge",
+             limits: dict[str, Any] | None = None, requirements: list[Obj] | None = None) -> Obj:
+    reqs = requirements if requirements is not None else [
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [instance_type]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]
+    pool: Obj = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
+                 "spec": {"template": {"metadata": {"labels": {"team": "ml"}},
+                                       "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                                                                 "name": "gpu"},
+                                                "requirements": reqs,
+                                                "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+                                                "expireAfter": "720h"}},
+                          "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "1m"}}}
+    if shape is not None:
+        pool["metadata"]["annotations"] = {"gpufleet.io/node-shape": json.dumps(shape)}
+    if limits is not None:
+        pool["spec"]["limits"] = limits
+    return pool
+
+
+def pod(name: str, limits: dict[str, Any], *, group: str | None = None) -> Obj:
+    labels = {"app": "test", **({"scheduling.x-k8s.io/pod-group": group} if group else {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": labels},
+            "spec": {"schedulerName": "gpufleet",
+                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                     "containers": [{"name": "c", "image": "train", "resources": {
+                         "limits": limits, "requests": {"cpu": "1", "memory": "1Gi"}}}]}}
 
 
 # -- NodePool -> template, NodeClaim body ---------------------------------------------------
@@ -99,130 +124,6 @@ def test_a_nodeclaim_is_the_pools_template_narrowed_to_its_shape() -> None:
 def test_settings_refuse_an_unknown_kind() -> None:
     with pytest.raises(ValueError, match="unknown kind.*wholes.*known: gangs, fractions, mig"):
         KarpenterSettings(frozenset({"gangs", "wholes"}))
-
-
-# -- live -----------------------------------------------------------------------------------
-
-@pytest.fixture
-def srv() -> Iterator[ApiServer]:
-    with ApiServer(kubelet_start_delay_s=0.01) as s:
-        cluster(s)
-        small = next(x for x in SHAPES if x.name == "g4dn.xlarge")  # one T4: too small for what follows
-        s.create(gpu_node("existing-t4", small, random.Random(1)))
-        yield s
-
-
-def claims_created(srv: ApiServer) -> list[str]:
-    return [r.path for r in srv.requests if r.method == "POST" and r.path.endswith("/nodeclaims") and r.status == 201]
-
-
-def pods(srv: ApiServer) -> dict[str, dict[str, Any]]:
-    return {p["metadata"]["name"]: p for p in srv.list("pods")}
-
-
-def settings() -> dict[str, Any]:
-    return {"karpenter": KarpenterSettings()}
-
-
-def test_fractions_get_one_nodeclaim_and_wait_for_it_out_of_karpenters_sight(srv: ApiServer, tmp_path: Path) -> None:
-    srv.create(nodepool("a10", shape=A10, instance_type="g5.xlarge"))
-    srv.create(nodepool("h100", shape=H100_SHAPE))
-    with SimulatedKarpenter(srv, launch_delay_s=1.0) as cloud, scheduler(srv, tmp_path, **settings()):
-        for k in range(4):  # asking for A10s: the T4 node that exists does not do
-            frac = pod(f"f{k}", {"gpufleet.io/gpu-milli": 250})
-            frac["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-A10"}
-            srv.create(frac)
-        wait_until(lambda: all(p["status"].get("nominatedNodeName") for n, p in pods(srv).items() if n[0] == "f"),
-                   20, "the fractions to wait for a NodeClaim")
-        (claim,) = srv.list("nodeclaims")
-        assert claim["metadata"]["labels"]["karpenter.sh/nodepool"] == "a10"  # four 250m fit one A10, the cheapest
-        waiting = [p for p in pods(srv).values() if not p["spec"].get("nodeName")]
-        for p in waiting:  # Unschedulable, but nominated: Karpenter ignores it (IsProvisionable)
-            assert condition(p)["reason"] == "Unschedulable"
-            assert p["status"]["nominatedNodeName"] == claim["metadata"]["name"]
-            assert f"waiting for NodeClaim {claim['metadata']['name']}" in condition(p)["message"]
-        wait_until(lambda: all(p["spec"].get("nodeName") for n, p in pods(srv).items() if n[0] == "f"), 20,
-                   "the fractions bound on the new node")
-        (launched,) = cloud.launched
-        assert {p["spec"]["nodeName"] for n, p in pods(srv).items() if n[0] == "f"} == {launched[1]}
-    assert len(claims_created(srv)) == 1
-
-
-def test_a_whole_gpu_pod_is_left_to_karpenter_with_exactly_its_condition(srv: ApiServer, tmp_path: Path) -> None:
-    srv.create(nodepool("h100", shape=H100_SHAPE))
-    with scheduler(srv, tmp_path, **settings()):
-        srv.create(pod("whole", {"nvidia.com/gpu": 4}))
-        wait_until(lambda: condition(pods(srv)["whole"]).get("reason") == "Unschedulable", 20, "the condition")
-        p = pods(srv)["whole"]
-        assert condition(p)["status"] == "False" and not p["status"].get("nominatedNodeName")
-        assert condition(p)["message"].startswith("0/1 nodes are available")
-    assert claims_created(srv) == [] and srv.list("nodeclaims") == []
-
-
-def test_a_registered_node_without_gpus_yet_is_still_in_flight(srv: ApiServer, tmp_path: Path) -> None:
-    """The node registers first and its agent publishes the GPUs later: no second NodeClaim meanwhile."""
-    srv.create(nodepool("h100", shape=H100_SHAPE))
-    srv.create(podgroup("g", 2))
-    with SimulatedKarpenter(srv, launch_delay_s=0.2, agent_delay_s=2.0) as cloud, \
-            scheduler(srv, tmp_path, **settings()):
-        for k in range(2):
-            srv.create(pod(f"m{k}", {"nvidia.com/gpu": 4}, group="g"))
-        wait_until(lambda: len(cloud.launched) == 1, 20, "one node launched")
-        wait_until(lambda: all(p["spec"].get("nodeName") for p in pods(srv).values() if p["metadata"]["name"][0] == "m"),
-                   20, "the gang bound once the agent published the GPUs")
-    assert len(claims_created(srv)) == 1  # one 8-GPU node for 2 x 4 GPUs, created once
-
-
-def test_pool_limits_hold_and_a_gang_is_planned_only_when_complete(srv: ApiServer, tmp_path: Path,
-                                                                    caplog: pytest.LogCaptureFixture) -> None:
-    srv.create(nodepool("h100", shape=H100_SHAPE, limits={"nvidia.com/gpu": 16}))
-    srv.create(podgroup("big", 3))
-    with scheduler(srv, tmp_path, **settings()), caplog.at_level(logging.INFO, "gpufleet.kube.karpenter"):
-        for k in range(2):
-            srv.create(pod(f"b{k}", {"nvidia.com/gpu": 8}, group="big"))
-        wait_until(lambda: all(condition(p).get("reason") == "Unschedulable" for p in pods(srv).values()), 20,
-                   "the incomplete gang waiting")
-        assert srv.list("nodeclaims") == []  # 2 of 3 members: nothing planned yet
-        srv.create(pod("b2", {"nvidia.com/gpu": 8}, group="big"))
-        wait_until(lambda: "exceeds the pool limits" in caplog.text, 20, "the planner's reason")
-    assert srv.list("nodeclaims") == []  # 3 x 8 GPUs > 16: nothing half-provisioned
-    assert not any(p["status"].get("nominatedNodeName") for p in pods(srv).values())
-
-
-def test_busy_gpu_nodes_are_kept_from_consolidation_and_idle_ones_let_go(srv: ApiServer, tmp_path: Path) -> None:
-    p5 = next(x for x in SHAPES if x.name == "p5.48xlarge")
-    for name in ("busy", "idle", "pinned"):
-        n = gpu_node(name, p5, random.Random(len(name)))
-        n["metadata"]["labels"]["karpenter.sh/nodepool"] = "h100"
-        if name == "pinned":  # an operator's own do-not-disrupt: never touched
-            n["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] = "true"
-        srv.create(n)
-    with scheduler(srv, tmp_path, karpenter=KarpenterSettings(release_after_s=0)) as svc:
-        job = pod("job", {"nvidia.com/gpu": 1}, tolerate_gpu=False)
-        job["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "busy"}
-        srv.create(job)
-
-        def annotations(node: str) -> dict[str, str]:
-            return (srv.get("nodes", node) or {})["metadata"].get("annotations") or {}
-        wait_until(lambda: annotations("busy").get("karpenter.sh/do-not-disrupt") == "true", 20, "busy node guarded")
-        assert annotations("busy")["gpufleet.io/do-not-disrupt"] == "gpus-busy"
-        assert "karpenter.sh/do-not-disrupt" not in annotations("idle")
-        srv.delete("pods", "job")
-        wait_until(lambda: "karpenter.sh/do-not-disrupt" not in annotations("busy"), 20, "the guard lifted when idle")
-        assert "gpufleet.io/do-not-disrupt" not in annotations("busy")
-        assert annotations("pinned")["karpenter.sh/do-not-disrupt"] == "true"
-        assert svc.metrics.do_not_disrupt._value.get() == 0
-
-
-def test_without_the_karpenter_crds_the_scheduler_says_so_and_goes_on(tmp_path: Path,
-                                                                      caplog: pytest.LogCaptureFixture) -> None:
-    with ApiServer(kubelet_start_delay_s=0.01) as srv:
-        cluster(srv, karpenter=False)
-        srv.create(gpu_node("n", next(x for x in SHAPES if x.name == "p5.48xlarge"), random.Random(1)))
-        with caplog.at_level(logging.ERROR, "gpufleet.kube.karpenter"), scheduler(srv, tmp_path, **settings()):
-            srv.create(pod("p", {"gpufleet.io/gpu-milli": 500}))
-            wait_until(lambda: bool(pods(srv)["p"]["spec"].get("nodeName")), 20, "the pod bound all the same")
-    assert "does not serve karpenter.sh/v1 (the NodePool and NodeClaim CRDs): is Karpenter v1 installed?" in caplog.text
 
 
 def test_targets_are_gangs_fractions_and_mig_as_configured() -> None:
