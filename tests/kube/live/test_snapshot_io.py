@@ -1,4 +1,5 @@
-"""Snapshot dumps: a round trip through JSON, and `gpufleet snapshot replay` on one."""
+"""Snapshot dumps: a round trip through JSON, and `gpufleet snapshot replay` on one (a dump from
+the real control plane: tests/live/test_snapshot_live.py)."""
 
 from __future__ import annotations
 
@@ -40,23 +41,3 @@ def test_replay_prints_binds_and_reasons(tmp_path: Path, capsys: pytest.CaptureF
     assert "2 nodes, 1 running, 3 pending" in out and "2 bound, 1 unschedulable" in out
     assert "0/2 nodes are available" in out and "ns/bad" in out
 
-
-def test_dump_from_the_api_then_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from gpufleet.testing.apiserver import ApiServer, gpu_nodes
-    from gpufleet.testing.workload import pod_manifests
-
-    with ApiServer(kubelet=False) as srv:
-        nodes = gpu_nodes(10, seed=4)
-        for n in nodes:
-            srv.create(n)
-        pods, _ = pod_manifests(nodes, 30, seed=1)
-        for p in pods:
-            srv.create(p)
-        kubeconfig = srv.write_kubeconfig(tmp_path / "kubeconfig")
-        assert main(["snapshot", "dump", "--kubeconfig", str(kubeconfig)]) == 0
-    dump = snapshot_io.loads(capsys.readouterr().out)
-    assert len(dump.nodes) == 10 and len(dump.pending) == 30 and dump.running == ()
-    f = tmp_path / "snap.json"
-    f.write_text(snapshot_io.dumps(dump))
-    assert main(["snapshot", "replay", str(f), "--profile", "gpufleet"]) == 0
-    assert "10 nodes, 0 running, 30 pending; profile gpufleet:" in capsys.readouterr().out

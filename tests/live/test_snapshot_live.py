@@ -1,0 +1,94 @@
+"""What the scheduler reads from the real control plane, offline: `gpufleet snapshot dump` of a
+cluster, replayed through `schedule()`; and the typical-task mix the live scheduler hands its
+fragmentation scorers, from the pods its informers list.
+
+Pods stay Pending here (no scheduler runs), so what is read is what was created.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from gpufleet.cli.main import main
+from gpufleet.framework.plugins.fgd import FragScorePlugin
+from gpufleet.framework.plugins.fragmentation import typical_tasks
+from gpufleet.framework.profiles import builtin
+from gpufleet.kube import config, snapshot_io
+from gpufleet.kube.rest import Rest, path
+from gpufleet.kube.scheduler import SchedulerService, ServiceSettings
+from gpufleet.model import annotations as ann
+from gpufleet.testing import workload
+from gpufleet.testing.cluster import Cluster
+from gpufleet.testing.gpu_nodes import gpu_nodes
+from gpufleet.testing.workload import pod_manifests
+
+from .cluster_kit import Obj, create_all, install_gpufleet, scheduler_kubeconfig
+
+NODES, PODS = 10, 30
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Path, list[Obj]]]:
+    home = tmp_path_factory.mktemp("snapshot")
+    with Cluster(home / "cluster") as c:
+        install_gpufleet(c)
+        nodes = gpu_nodes(NODES, seed=4)
+        create_all(c.admin, nodes)
+        c.admin.create_all(workload.queue_manifests() + workload.priority_class_manifests())
+        yield c, scheduler_kubeconfig(c, home / "scheduler.kubeconfig"), nodes
+
+
+def test_dump_from_the_api_then_replay(cluster: tuple[Cluster, Path, list[Obj]], tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    c, kubeconfig, nodes = cluster
+    pods, groups = pod_manifests(nodes, PODS, seed=1, namespace="dumped")
+    c.admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dumped"}})
+    c.wait_for_service_account("dumped")
+    c.admin.create_all(groups)
+    create_all(c.admin, pods)
+    # under the scheduler's ServiceAccount: what it may read is enough for a dump
+    assert main(["snapshot", "dump", "--kubeconfig", str(kubeconfig)]) == 0
+    dump = snapshot_io.loads(capsys.readouterr().out)
+    assert len(dump.nodes) == NODES and dump.running == ()
+    assert len(dump.pending) + len(dump.invalid) == PODS and len(dump.pending) >= PODS - 2
+    assert {n.name for n in dump.nodes} == {n["metadata"]["name"] for n in nodes}
+    assert {q.name for q in dump.queues} == {q["metadata"]["name"] for q in workload.queue_manifests()}
+    assert {f"{g.namespace}/{g.name}" for g in dump.pod_groups} == {f"dumped/{g['metadata']['name']}" for g in groups}
+    f = tmp_path / "snap.json"
+    f.write_text(snapshot_io.dumps(dump))
+    assert main(["snapshot", "replay", str(f), "--profile", "gpufleet"]) == 0
+    assert f"{NODES} nodes, 0 running, {len(dump.pending)} pending; profile gpufleet:" in capsys.readouterr().out
+
+
+def _fraction_pod(i: int) -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"frac-{i}", "namespace": "mix"},
+            "spec": {"schedulerName": ann.SCHEDULER_NAME, "containers": [{
+                "name": "main", "image": "x", "resources": {
+                    "requests": {"cpu": f"{1000 * (1 + i % 2)}m"}, "limits": {ann.GPU_MILLI_RESOURCE: 500}}}]}}
+
+
+@pytest.mark.parametrize("name", ["default", "fgd", "gpufleet", "gpufleet-lookahead"])
+def test_a_fragmentation_profile_is_built_with_the_typical_tasks_of_the_pending_pods(
+        cluster: tuple[Cluster, Path, list[Obj]], name: str) -> None:
+    c, kubeconfig, _ = cluster
+    if c.admin.get("namespaces", "mix") is None:
+        c.admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mix"}})
+        c.wait_for_service_account("mix")
+        c.admin.create_all(_fraction_pod(i) for i in range(4))
+    rest = Rest(config.from_kubeconfig(kubeconfig))
+    try:
+        service = SchedulerService(rest, builtin(name), ServiceSettings())
+        # the pod informer's LIST, under the scheduler's ServiceAccount (no watch, no cycle)
+        service.cache.replace_pods(rest.list(path("v1", "pods"))["items"])
+        specs = [p.spec for p in service.cache.pending() if p.key.startswith("mix/") and p.spec is not None]
+        assert len(specs) == 4
+        profile = service._build_profile(specs)
+    finally:
+        rest.close()
+    frag = [p for p, _ in profile.scores if isinstance(p, FragScorePlugin)]
+    assert len(frag) == 1
+    assert frag[0].scorer.tasks == typical_tasks(specs)
+    assert sorted((t.cpu_milli, t.gpu_milli) for t in frag[0].scorer.tasks) == [(1000, 500), (2000, 500)]
