@@ -7,6 +7,7 @@ Pods stay Pending here (no scheduler runs), so what is read is what was created.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 from typing import Iterator
 
@@ -16,16 +17,17 @@ from gpufleet.cli.main import main
 from gpufleet.framework.plugins.fgd import FragScorePlugin
 from gpufleet.framework.plugins.fragmentation import typical_tasks
 from gpufleet.framework.profiles import builtin
-from gpufleet.kube import config, snapshot_io
+from gpufleet.kube import config, snapshot_io, translate
 from gpufleet.kube.rest import Rest, path
 from gpufleet.kube.scheduler import SchedulerService, ServiceSettings
 from gpufleet.model import annotations as ann
+from gpufleet.model import units
 from gpufleet.testing import workload
 from gpufleet.testing.cluster import Cluster
 from gpufleet.testing.gpu_nodes import gpu_nodes
 from gpufleet.testing.workload import pod_manifests
 
-from .cluster_kit import Obj, create_all, install_gpufleet, scheduler_kubeconfig
+from .cluster_kit import Obj, create_all, install_gpufleet, scheduler_kubeconfig, wait_for
 
 NODES, PODS = 10, 30
 
@@ -39,6 +41,31 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
         create_all(c.admin, nodes)
         c.admin.create_all(workload.queue_manifests() + workload.priority_class_manifests())
         yield c, scheduler_kubeconfig(c, home / "scheduler.kubeconfig"), nodes
+
+
+def test_generated_gpu_nodes_are_stored_as_generated_and_kwok_makes_them_ready(
+        cluster: tuple[Cluster, Path, list[Obj]]) -> None:
+    c, _, nodes = cluster
+
+    def ready(node: Obj) -> bool:
+        return any(k["type"] == "Ready" and k["status"] == "True" for k in node["status"].get("conditions") or ())
+    wait_for(lambda: all(ready(n) for n in c.admin.list("nodes")), 60, "KWOK to make every node Ready")
+    stored = {n["metadata"]["name"]: n for n in c.admin.list("nodes")}
+    assert set(stored) == {n["metadata"]["name"] for n in nodes}
+    for generated in nodes:
+        node = stored[generated["metadata"]["name"]]
+        # labels, the inventory annotation and the GPU resources are kept as written (KWOK and
+        # kube-controller-manager only add their own)
+        assert generated["metadata"]["labels"].items() <= node["metadata"]["labels"].items()
+        annotation = ann.INVENTORY_ANNOTATION
+        assert node["metadata"]["annotations"][annotation] == generated["metadata"]["annotations"][annotation]
+        # the server writes quantities in canonical form ("8000" as "8k"), which gpufleet parses alike
+        def gpu(allocatable: Obj) -> dict[str, Decimal]:
+            return {k: units.parse_quantity(v, k) for k, v in allocatable.items() if "gpu" in k or "mig" in k}
+        assert gpu(generated["status"]["allocatable"]) == gpu(node["status"]["allocatable"]) != {}
+        stored_info, generated_info = translate.node_info(node), translate.node_info(generated)
+        assert (stored_info.cpu_milli, stored_info.mem_mib, stored_info.max_pods, stored_info.gpus) == \
+            (generated_info.cpu_milli, generated_info.mem_mib, generated_info.max_pods, generated_info.gpus)
 
 
 def test_dump_from_the_api_then_replay(cluster: tuple[Cluster, Path, list[Obj]], tmp_path: Path,
