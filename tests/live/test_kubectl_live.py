@@ -133,6 +133,9 @@ def test_apply_k_deploy_installs_the_whole_base_and_the_controllers_act_on_it(
     assert sorted(again) == sorted(f"{name} {'configured' if name == pdb else 'unchanged'}" for name in BASE)
     assert all(kubectl.json("get", kind, "-n", NAMESPACE, "gpufleet-scheduler")["metadata"]["generation"] == 1
                for kind in ("pdb", "deployment"))
+    resources = {line.split()[0]: line.split() for line in
+                 kubectl.run("api-resources", "--api-group=gpufleet.io", "--no-headers").stdout.splitlines()}
+    assert resources["queues"][1:] == ["gq", "gpufleet.io/v1alpha1", "false", "Queue"]
     # The Deployment's ReplicaSet creates its two replicas; the PDB's controller counts them.
     wait_for(lambda: kubectl.json("get", "deployment", "-n", NAMESPACE, "gpufleet-scheduler")
              .get("status", {}).get("replicas") == 2, 30, "the Deployment's ReplicaSet to create two pods")
@@ -179,6 +182,8 @@ def test_apply_the_samples_after_the_base(kubectl: Kubectl, installed: subproces
     assert queues[0].split() == ["NAME", "PARENT", "WEIGHT", "BORROW", "PENDING", "AGE"]
     assert queues[2].split()[:4] == ["research-nlp", "research", "1", "true"]
     assert kubectl.run("get", "pg", "trainer", "-o", "jsonpath={.spec.minMember}").stdout == "4"
+    groups = kubectl.run("get", "pg", "trainer").stdout.splitlines()
+    assert groups[0].split() == ["NAME", "PHASE", "MINMEMBER", "RUNNING", "SUCCEEDED", "FAILED", "AGE"]
 
 
 MALFORMED = [
