@@ -67,6 +67,16 @@ class _Bound:
 
 
 @dataclass(slots=True)
+class _Counted:
+    """The usage of the placements counted in the last snapshot, kept for the next one."""
+
+    cluster: Cluster
+    usage: Usage
+    placements: dict[PodUid, Placement]
+    refused: bool = False
+
+
+@dataclass(slots=True)
 class _Assumed:
     placement: Placement
     obj: Obj
@@ -94,6 +104,7 @@ class SchedulerCache:
         self._bad: set[str] = set()
         self._finished: dict[str, tuple[str, str]] = {}
         """Terminal gang members: pod key -> (group key, phase), for the PodGroup status."""
+        self._counted: _Counted | None = None
 
     # -- change notification --------------------------------------------------------------
     def _changed(self) -> None:
@@ -354,42 +365,80 @@ class SchedulerCache:
             return list(self._nodes.values())
 
     def snapshot(self) -> ClusterSnapshot:
-        """Nodes, bound and assumed pods, pod groups. Placements that would overcommit are skipped (logged once)."""
+        """Nodes, bound and assumed pods, pod groups. Placements that would overcommit are skipped (logged once).
+
+        The usage of the placements that carry their devices (assigned bound pods, assumed
+        pods) is kept from one snapshot to the next and brought up to date with what changed
+        since (`_sync_counted`); each snapshot gets a copy. Rebuilding it from every pod was
+        most of a cycle's cost at thousands of nodes (0.25-0.4 s at 5,000 nodes and 10,000
+        pods), and unchanged nodes now keep their usage stamps, so the scorers' per-node
+        memos stay valid across cycles.
+        """
         with self._cond:
             self._expire()
             if self._cluster is None:
                 self._cluster = Cluster(list(self._nodes.values()))
             cluster = self._cluster
-            held = [b.placement for b in self._bound.values() if b.placement is not None and not b.needs_devices]
-            held += [a.placement for a in self._assumed.values()]
+            want: dict[PodUid, Placement] = {}
+            for b in self._bound.values():
+                if b.placement is not None and not b.needs_devices:
+                    want.setdefault(b.placement.pod, b.placement)
+            for a in self._assumed.values():
+                want.setdefault(a.placement.pod, a.placement)
             unassigned = [b for b in self._bound.values() if b.placement is not None and b.needs_devices]
             groups = dict(self._groups)
-        usage = Usage(cluster)
-        placements: dict[PodUid, Placement] = {}
-        for p in held:
-            self._hold(cluster, usage, placements, p)
+            counted = self._sync_counted(cluster, want)
+            usage = counted.usage.copy()
+            placements = dict(counted.placements)
         for b in unassigned:
             assert b.placement is not None
             p = _claim_devices(cluster, usage, b.placement, b.spec)
             self._hold(cluster, usage, placements, p)
         return ClusterSnapshot(cluster, usage, MappingProxyType(placements), MappingProxyType(groups))
 
-    def _hold(self, cluster: Cluster, usage: Usage, placements: dict[PodUid, Placement], p: Placement) -> None:
+    def _sync_counted(self, cluster: Cluster, want: dict[PodUid, Placement]) -> _Counted:
+        """The usage of exactly the placements in `want`, as a rebuild in `want`'s order would give.
+
+        Placements that changed or went are taken out and new ones put in. A rebuild instead
+        when the nodes changed, or when a placement was ever refused as overcommitting (which
+        ones a rebuild refuses depends on the order they come in)."""
+        c = self._counted
+        if c is not None and c.cluster is cluster and not c.refused:
+            gone = [(uid, p) for uid, p in c.placements.items() if want.get(uid) != p]
+            new = [p for uid, p in want.items() if c.placements.get(uid) != p]
+            for uid, p in gone:
+                c.usage.place(p, cluster.index[p.node], sign=-1)
+                del c.placements[uid]
+            for p in new:
+                if not self._hold(cluster, c.usage, c.placements, p):
+                    c.refused = True
+            if not c.refused:
+                return c
+        c = _Counted(cluster, Usage(cluster), {})
+        for p in want.values():
+            if not self._hold(cluster, c.usage, c.placements, p):
+                c.refused = True
+        self._counted = c
+        return c
+
+    def _hold(self, cluster: Cluster, usage: Usage, placements: dict[PodUid, Placement], p: Placement) -> bool:
+        """Count `p` in `usage`; False if it was refused (overcommitting, or devices its node lacks)."""
         i = cluster.index.get(p.node)
         if i is None or p.pod in placements:
-            return
+            return True
         start = int(cluster.slice_start[i])
         if any(not 0 <= s < int(cluster.slice_end[i]) - start or usage.slice_used[start + s] for s in p.mig_slices) \
                 or any(not 0 <= j < int(cluster.gpu_count[i]) for j in p.gpus):
             self._once(f"hold/{p.pod}", f"pod {p.pod} on {p.node}: its MIG slices or GPUs are not free; not counted")
-            return
+            return False
         usage.place(p, i)
         problem = usage.overcommitted(i)
         if problem:
             usage.place(p, i, sign=-1)
             self._once(f"hold/{p.pod}", f"pod {p.pod} on {p.node} would overcommit {problem}; not counted")
-            return
+            return False
         placements[p.pod] = p
+        return True
 
     def _expire(self) -> None:
         now = self._clock()
