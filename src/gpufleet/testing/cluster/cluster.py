@@ -37,14 +37,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Iterator
+from typing import Callable, Iterator
 
 import httpx2
 
 from gpufleet.testing.cluster.binaries import binary, read_versions
 from gpufleet.testing.cluster.client import KubeClient
 from gpufleet.testing.cluster.pki import Pki, make_pki
-from gpufleet.testing.cluster.process import Process
+from gpufleet.testing.cluster.process import ComponentFailed, Process
 
 STAGES = Path(__file__).with_name("kwok-stages.yaml")
 DURATION_ANNOTATION = "gpufleet.io/test-duration"
@@ -121,13 +121,26 @@ class Cluster:
         binaries = {name: binary(name) for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kwok")}
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.pki = make_pki(self.workdir / "pki")
-        self.etcd_port, self.apiserver_port, self.kwok_port = _free_ports(3)
-        self._write_files()
-        self._start_etcd(binaries["etcd"])
-        self._start_apiserver(binaries["kube-apiserver"])
-        self._start_controller_manager(binaries["kube-controller-manager"])
-        self._start_kwok(binaries["kwok"])
+        self._write_auth_files()
+        self._retrying("etcd", lambda: self._start_etcd(binaries["etcd"]))
+        self._retrying("kube-apiserver", lambda: self._start_apiserver(binaries["kube-apiserver"]))
+        self._write_kubeconfigs()
+        self._retrying("kube-controller-manager",
+                       lambda: self._start_controller_manager(binaries["kube-controller-manager"]))
+        self._retrying("kwok", lambda: self._start_kwok(binaries["kwok"]))
         return self
+
+    def _retrying(self, name: str, start: Callable[[], None], attempts: int = 3) -> None:
+        """Start a component on free ports; again on other ports if one was taken meanwhile (ports are
+        chosen free, then given to the component: another process can take one in between)."""
+        for attempt in range(attempts):
+            try:
+                start()
+                return
+            except ComponentFailed as exc:
+                if "address already in use" not in str(exc) or attempt == attempts - 1:
+                    raise
+                self._processes.pop(name).stop()
 
     def stop(self) -> None:
         for name in ("kwok", "kube-controller-manager", "kube-apiserver", "etcd"):
@@ -251,7 +264,7 @@ class Cluster:
 
     # --- the components
 
-    def _write_files(self) -> None:
+    def _write_auth_files(self) -> None:
         d = self.workdir
         users = {ADMIN: "system:masters", "system:kube-controller-manager": "", "system:kube-scheduler": "",
                  "system:apiserver": "", "kwok": "system:masters", "karpenter": "system:masters"}
@@ -264,6 +277,9 @@ class Cluster:
                       {"level": "None", "userGroups": ["system:serviceaccounts:kube-system", "system:nodes"]},
                       {"level": "None", "nonResourceURLs": ["/healthz*", "/readyz*", "/livez*", "/version"]},
                       {"level": "Metadata"}]}))
+
+    def _write_kubeconfigs(self) -> None:
+        d = self.workdir
         self.write_kubeconfig(d / "kube-controller-manager.kubeconfig",
                               token=self._tokens["system:kube-controller-manager"], user="kube-controller-manager")
         self.write_kubeconfig(d / "kube-scheduler.kubeconfig", token=self._tokens["system:kube-scheduler"],
@@ -273,7 +289,7 @@ class Cluster:
         self.write_kubeconfig(d / "admin.kubeconfig")
 
     def _start_etcd(self, path: Path) -> None:
-        peer = _free_ports(1)[0]
+        self.etcd_port, peer = _free_ports(2)
         client_url, peer_url = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{peer}"
         argv = [str(path), "--name", "gpufleet-test", "--data-dir", str(self.workdir / "etcd"),
                 "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
@@ -290,6 +306,7 @@ class Cluster:
     def _start_apiserver(self, path: Path) -> None:
         assert self.pki is not None
         d, pki = self.workdir, self.pki
+        self.apiserver_port = _free_ports(1)[0]
         argv = [str(path), f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
                 "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
                 f"--secure-port={self.apiserver_port}",
@@ -331,6 +348,7 @@ class Cluster:
                            "running its controllers (no ServiceAccount default/default)")
 
     def _start_kwok(self, path: Path) -> None:
+        self.kwok_port = _free_ports(1)[0]
         argv = [str(path), f"--kubeconfig={self.workdir / 'kwok.kubeconfig'}", f"--config={STAGES}",
                 "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 f"--server-address=127.0.0.1:{self.kwok_port}", "--cidr=10.128.0.0/9", "--node-ip=10.127.0.1"]
