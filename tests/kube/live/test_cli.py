@@ -8,7 +8,7 @@ import pytest
 
 from gpufleet.cli.scheduler_cmd import main
 
-from .harness import PROFILE
+PROFILE = Path(__file__).resolve().parents[3] / "src/gpufleet/framework/profiles/default.yaml"
 
 
 @pytest.mark.parametrize(("argv", "message"), [
