@@ -27,6 +27,7 @@ as it would in a user's cluster.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import json
 import ssl
@@ -34,6 +35,7 @@ import os
 import secrets
 import socket
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -90,6 +92,17 @@ class ClusterOptions:
     extra_apiserver_args: list[str] = field(default_factory=list)
 
 
+_RUNNING: weakref.WeakSet[Cluster] = weakref.WeakSet()
+"""Clusters started and not yet stopped: stopped when the interpreter exits, so that a test run that
+ends on an exception leaves no control plane behind (components run in their own sessions)."""
+
+
+@atexit.register
+def _stop_running() -> None:
+    for cluster in list(_RUNNING):
+        cluster.stop()
+
+
 class Cluster:
     """A local control plane in `workdir` (certificates, etcd data, logs, kubeconfigs)."""
 
@@ -119,6 +132,7 @@ class Cluster:
 
     def start(self) -> Cluster:
         binaries = {name: binary(name) for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kwok")}
+        _RUNNING.add(self)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.pki = make_pki(self.workdir / "pki")
         self._write_auth_files()
@@ -143,6 +157,7 @@ class Cluster:
                 self._processes.pop(name).stop()
 
     def stop(self) -> None:
+        _RUNNING.discard(self)
         for name in ("kwok", "kube-controller-manager", "kube-apiserver", "etcd"):
             process = self._processes.pop(name, None)
             if process is not None:
