@@ -45,6 +45,15 @@ def test_a_device_fault_evicts_the_pods_on_that_device_and_their_whole_gang(snap
     assert _uids(victims(snap, DeviceFault(NodeName("a"), 3, "XID 48"))) == []
 
 
+def test_a_pod_already_leaving_the_failed_device_does_not_pull_in_its_gang(snap: ClusterSnapshot) -> None:
+    """A pod evicted from a node whose kubelet is gone stays, being deleted; the members started in
+    its gang's place are not victims of its loss, while a leaving mate is not asked again."""
+    fault = DeviceFault(NodeName("a"), 0, "XID 79")
+    (g0, g1) = [e.pod for e in victims(snap, fault)]
+    assert victims(snap, fault, frozenset({g0})) == ()
+    assert _uids(victims(snap, fault, frozenset({g1}))) == ["g0"]
+
+
 def test_a_device_fault_on_a_mig_gpu_evicts_the_pods_on_its_slices(snap: ClusterSnapshot) -> None:
     assert _uids(victims(snap, DeviceFault(NodeName("m"), 1, "XID 94"))) == ["s0", "s1"]
     assert _uids(victims(snap, DeviceFault(NodeName("m"), 0, "XID 94"))) == ["w"]

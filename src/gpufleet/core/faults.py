@@ -68,18 +68,25 @@ def hit(snapshot: ClusterSnapshot, fault: Fault, p: Placement) -> bool:
     return any(int(c.slice_gpu[start + s]) == fault.gpu for s in p.mig_slices)
 
 
-def victims(snapshot: ClusterSnapshot, fault: Fault) -> tuple[Eviction, ...]:
-    """Pods on the failed capacity, then the other running members of their gangs (sorted by uid)."""
+def victims(snapshot: ClusterSnapshot, fault: Fault,
+            leaving: frozenset[PodUid] = frozenset()) -> tuple[Eviction, ...]:
+    """Pods on the failed capacity, then the other running members of their gangs (sorted by uid).
+
+    Pods in `leaving` (being deleted already) are no victims, and do not make their gang mates
+    victims: a pod on a node whose kubelet is gone stays in the API, being deleted, until the
+    node comes back or is removed, and the members its job controller starts in its place are
+    a new gang, not the one that lost it.
+    """
     _index(snapshot, fault)
     placements = snapshot.placements
-    direct = sorted(uid for uid, p in placements.items() if hit(snapshot, fault, p))
+    direct = sorted(uid for uid, p in placements.items() if uid not in leaving and hit(snapshot, fault, p))
     groups = {placements[uid].pod_group for uid in direct} - {None}
     text = describe(fault)
     out = [Eviction(uid, text) for uid in direct]
     chosen: set[PodUid] = set(direct)
     for uid in sorted(placements):
         p = placements[uid]
-        if uid not in chosen and p.pod_group in groups:
+        if uid not in chosen and uid not in leaving and p.pod_group in groups:
             out.append(Eviction(uid, f"a member of its pod group {p.pod_group} was lost ({text})"))
     return tuple(out)
 

@@ -242,7 +242,7 @@ class FaultFollower:
                 fault = _fault(snapshot, ep)
                 if fault is None:
                     continue
-                victims = tuple(e for e in core_faults.victims(snapshot, fault) if e.pod not in terminating)
+                victims = core_faults.victims(snapshot, fault, terminating)
                 new = tuple(e for e in victims if e.pod not in ep.told)
                 first = not ep.acted
                 ep.acted = True
