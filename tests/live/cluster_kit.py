@@ -14,15 +14,22 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import yaml
 
+from gpufleet.framework.profile import load_profiles
+from gpufleet.kube import config
+from gpufleet.kube.rest import Rest
+from gpufleet.kube.retry import RetryPolicy
+from gpufleet.kube.scheduler import SchedulerService, ServiceSettings
 from gpufleet.testing.cluster import Cluster, KubeClient
 from gpufleet.testing.cluster.client import ApiError
 
@@ -152,6 +159,26 @@ class Scheduler:
             self.proc.kill()
             self.proc.wait(10)
         self._log.close()
+
+
+@contextmanager
+def scheduler_in_process(kubeconfig: Path, **settings: Any) -> Iterator[SchedulerService]:
+    """The live scheduler in this process (a thread), with `kubeconfig`'s identity and test-friendly
+    timings (`settings` override `ServiceSettings`); its metrics readable on the service."""
+    rest = Rest(config.from_kubeconfig(kubeconfig), timeout_s=5.0)
+    profile = load_profiles(PROFILE.read_text(), str(PROFILE))[0]
+    defaults: dict[str, Any] = {"qps": 0, "resync_s": 0.5, "metrics_interval_s": 0.2,
+                                "retry": RetryPolicy(attempts=3, first_delay_s=0.05, budget_s=1.0)}
+    service = SchedulerService(rest, profile, ServiceSettings(**{**defaults, **settings}))
+    thread = threading.Thread(target=service.run, name="scheduler-under-test", daemon=True)
+    thread.start()
+    try:
+        yield service
+    finally:
+        service.stop()
+        thread.join(10)
+        service.shutdown()
+        rest.close()
 
 
 def wait_for(cond: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.2) -> float:

@@ -180,7 +180,8 @@ def test_the_agent_reads_the_pods_bound_to_its_node_in_every_namespace(cluster: 
     add_node(cluster, "pods-elsewhere")
     cluster.admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
     cluster.wait_for_service_account("team-a")
-    assignment = ann.encode_assignment(ann.GpuAssignment("pods-node", ("GPU-0",), 1000))  # what the scheduler's Binding leaves
+    # what the scheduler's Binding leaves on the pod
+    assignment = ann.encode_assignment(ann.GpuAssignment("pods-node", ("GPU-0",), 1000))
     for namespace, pod, node in (("default", "p1", "pods-node"), ("team-a", "p2", "pods-node"),
                                  ("default", "p3", "pods-elsewhere")):
         cluster.admin.create({"apiVersion": "v1", "kind": "Pod",

@@ -2,9 +2,9 @@
 period their pods and every gang mate are evicted (once per episode), and placement resumes
 when they recover.
 
-The first tests drive the `FaultFollower` directly with node objects and a virtual clock; the
-rest run the scheduler in process against the local API server, with the failures written
-as the node agent and the kubelet write them (`gpufleet.testing.apiserver.node_faults`).
+These tests drive the `FaultFollower` directly with node objects and a virtual clock; the
+scheduler against the real control plane, with GPUs failing and kubelets dying, is in
+tests/live/test_faults_live.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import copy
 import dataclasses
 import random
 import time
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -23,12 +22,7 @@ from gpufleet.kube import translate
 from gpufleet.kube.faults import FaultFollower, FaultSettings
 from gpufleet.model import ClusterSnapshot, NodeName, Placement, PodGroup, PodUid
 from gpufleet.model import annotations as ann
-from gpufleet.testing.apiserver import ApiServer
-from gpufleet.testing.apiserver.node_faults import set_gpu_health, set_node_ready
 from gpufleet.testing.gpu_nodes import SHAPES, gpu_node
-
-from .gpu_cluster import Bindings, JobController, assignment, cluster, condition, events, pod, podgroup, scheduler, \
-    wait_until
 
 P5 = next(s for s in SHAPES if s.name == "p5.48xlarge")
 
@@ -146,90 +140,3 @@ def test_the_node_controller_taints_count_as_not_ready_and_eviction_can_be_switc
     snap = follower.apply(snapshot([a], [on("p", "a", 0)]))
     assert not snap.usage.node_ready.any()
     assert follower.due(snap) == [] and follower.next_deadline() is None
-
-
-# -- the scheduler against the local API server ---------------------------------------------
-
-@pytest.fixture
-def srv() -> Iterator[ApiServer]:
-    with ApiServer(kubelet_start_delay_s=0.01) as s:
-        cluster(s, karpenter=False)
-        yield s
-
-
-def bound(srv: ApiServer) -> dict[str, dict[str, Any]]:
-    return {p["metadata"]["name"]: p for p in srv.list("pods") if p["spec"].get("nodeName")}
-
-
-def test_no_pod_is_bound_to_an_unhealthy_gpu_and_placement_resumes_when_it_recovers(srv: ApiServer,
-                                                                                   tmp_path: Path) -> None:
-    srv.create(node("a", 1))
-    bad = set_gpu_health(srv, "a", 3, False)
-    binds = Bindings(srv)
-    with scheduler(srv, tmp_path):
-        for k in range(8):
-            srv.create(pod(f"p{k}", {"nvidia.com/gpu": 1}))
-        wait_until(lambda: len(bound(srv)) == 7 and any(condition(p).get("reason") == "Unschedulable"
-                                                         for p in srv.list("pods")), 20, "7 pods bound, 1 waiting")
-        waiting = next(p for p in srv.list("pods") if not p["spec"].get("nodeName"))
-        assert "Insufficient" in condition(waiting)["message"]
-        set_gpu_health(srv, "a", 3, True)
-        wait_until(lambda: len(bound(srv)) == 8, 20, "the 8th pod bound once the GPU is healthy")
-    used = [a.gpus for _, _, a in binds.all() if a is not None]
-    assert len(used) == 8 and [g for g in used[:7] if bad in g] == [] and used[7] == (bad,)
-
-
-def test_a_failed_gpu_evicts_the_gang_which_its_controller_restarts_elsewhere(srv: ApiServer, tmp_path: Path) -> None:
-    for k, name in enumerate("abcd"):
-        srv.create(node(name, k + 1))
-    srv.create(podgroup("g", 2))
-    binds = Bindings(srv)
-    with JobController(srv) as jobs, scheduler(srv, tmp_path, faults=FaultSettings(device_grace_s=0.5)) as svc:
-        for k in range(2):
-            srv.create(pod(f"m{k}", {"nvidia.com/gpu": 8}, group="g"))
-        srv.create(pod("other", {"nvidia.com/gpu": 8}))
-        wait_until(lambda: len(bound(srv)) == 3, 20, "the gang and the other pod bound")
-        victim = bound(srv)["m0"]
-        failed_node = victim["spec"]["nodeName"]
-        other_node = bound(srv)["other"]["spec"]["nodeName"]
-        before = len(binds.all())
-        uuid = set_gpu_health(srv, failed_node, 5, False)
-        started = time.monotonic()
-        wait_until(lambda: {"m0", "m1"} <= set(jobs.recreated_from()), 20, "both gang members evicted")
-        latency = time.monotonic() - started
-        wait_until(lambda: {"m0-r1", "m1-r1"} <= set(bound(srv)), 20, "the restarted gang bound again")
-        now = bound(srv)
-        assert "other" in now and now["other"]["spec"]["nodeName"] == other_node  # not in the gang: untouched
-        assert failed_node not in {now["m0-r1"]["spec"]["nodeName"], now["m1-r1"]["spec"]["nodeName"]}
-        wait_until(lambda: svc.metrics.fault_evictions.labels("device")._value.get() == 2, 5, "the metric")
-    after = binds.all()[before:]
-    assert len(after) == 2 and all(a is not None and uuid not in a.gpus for _, _, a in after)
-    notes = {e["involvedObject"]["name"]: e["message"] for e in events(srv, "GpuFault")}
-    assert set(notes) == {"m0", "m1"} and uuid in notes["m0"] and "pod group default/g" in notes["m1"]
-    assert events(srv, "Preempted") == [], "a fault victim gets its fault's event, not a preemption's"
-    evictions = [r.path for r in srv.requests if r.method == "POST" and r.path.endswith("/eviction")]
-    assert sorted(evictions) == [f"/api/v1/namespaces/default/pods/{m}/eviction" for m in ("m0", "m1")]
-    print(f"gang evicted {latency:.2f} s after the GPU failed (grace 0.5 s)")
-
-
-def test_a_not_ready_node_takes_no_new_pods_and_its_gang_is_evicted_after_the_grace_period(
-        srv: ApiServer, tmp_path: Path) -> None:
-    for k, name in enumerate("abc"):
-        srv.create(node(name, k + 1))
-    srv.create(podgroup("g", 2))
-    binds = Bindings(srv)
-    with JobController(srv) as jobs, scheduler(srv, tmp_path, faults=FaultSettings(node_grace_s=1.0)):
-        for k in range(2):
-            srv.create(pod(f"m{k}", {"nvidia.com/gpu": 8}, group="g"))
-        wait_until(lambda: len(bound(srv)) == 2, 20, "the gang bound")
-        lost = bound(srv)["m0"]["spec"]["nodeName"]
-        set_node_ready(srv, lost, False)
-        marked = len(binds.all())
-        wait_until(lambda: {"m0", "m1"} <= set(jobs.recreated_from()), 20, "the gang evicted")
-        wait_until(lambda: {"m0-r1", "m1-r1"} <= set(bound(srv)), 20, "the restarted gang bound again")
-        assert lost not in {b[1] for b in binds.all()[marked:]}  # nothing bound to the NotReady node
-        set_node_ready(srv, lost, True)
-        srv.create(pod("late", {"nvidia.com/gpu": 8}))
-        wait_until(lambda: "late" in bound(srv), 20, "a pod placed on the node back in service")
-        assert bound(srv)["late"]["spec"]["nodeName"] == lost
-    assert {e["involvedObject"]["name"] for e in events(srv, "NodeNotReady")} == {"m0", "m1"}
