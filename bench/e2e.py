@@ -24,7 +24,8 @@ CPU seconds are each scheduler process's user + system time over its run. Prints
 with --json the last line is one JSON object (the 5,000-node unthrottled figures at its top
 level when those ran, every run under "runs").
 
-    .venv/bin/python bench/e2e.py [--nodes 1000,5000] [--pods 10000] [--rate 200] [--budgets unthrottled,throttled] [--json]
+    .venv/bin/python bench/e2e.py [--nodes 1000,5000] [--pods 10000] [--rate 50 --rate-pods 3000]
+        [--budgets unthrottled,throttled] [--schedulers raw,kube-scheduler,gpufleet] [--modes batch,rate] [--json]
 """
 
 from __future__ import annotations
@@ -101,9 +102,11 @@ class Endpoint:
                              limits=httpx2.Limits(max_connections=connections, max_keepalive_connections=connections))
 
 
-def create_all(ep: Endpoint, objs: list[Obj], path: str, threads: int = 8) -> dict[str, float]:
+def create_all(ep: Endpoint, objs: list[Obj], path: str, threads: int = 8,
+               client: httpx2.Client | None = None) -> dict[str, float]:
     """POST every object; name -> when its create returned."""
-    client = ep.client(threads)
+    own = client is None
+    client = client or ep.client(threads)
 
     def post(obj: Obj) -> tuple[str, float]:
         r = client.post(path, content=json.dumps(obj).encode(), headers={"Content-Type": "application/json"})
@@ -114,23 +117,47 @@ def create_all(ep: Endpoint, objs: list[Obj], path: str, threads: int = 8) -> di
         with ThreadPoolExecutor(threads) as pool:
             return dict(pool.map(post, objs))
     finally:
-        client.close()
+        if own:
+            client.close()
 
 
 def _watch(ep: Endpoint, out: Any) -> None:
-    """In a child process: put (name, time) for each pod when first seen bound."""
+    """In a child process: put (name, time) for each pod when first seen bound. Resumes a watch that
+    ends from the last resourceVersion seen, as an informer does (and relists after an ERROR event);
+    each resumption is reported as ("", time)."""
     seen: set[str] = set()
     client = httpx2.Client(base_url=ep.url, headers={"Authorization": f"Bearer {ep.token}"}, trust_env=False,
                            verify=ssl.create_default_context(cafile=ep.ca), timeout=httpx2.Timeout(10, read=None))
-    with client.stream("GET", "/api/v1/namespaces/default/pods", params={"watch": "true"}) as r:
-        for line in r.iter_lines():
-            if not line:
-                continue
-            obj = json.loads(line).get("object") or {}
-            name = (obj.get("metadata") or {}).get("name")
-            if name is not None and (obj.get("spec") or {}).get("nodeName") and name not in seen:
-                seen.add(name)
-                out.put((name, time.monotonic()))
+    path = "/api/v1/namespaces/default/pods"
+
+    def saw(obj: Obj) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if name is not None and (obj.get("spec") or {}).get("nodeName") and name not in seen:
+            seen.add(name)
+            out.put((name, time.monotonic()))
+    rv = ""
+    while True:
+        try:
+            if not rv:
+                listed = client.get(path).json()
+                for obj in listed.get("items", []):
+                    saw(obj)
+                rv = listed["metadata"]["resourceVersion"]
+            params = {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": rv}
+            with client.stream("GET", path, params=params) as r:
+                for line in r.iter_lines():
+                    if not line:
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        rv = ""
+                        break
+                    obj = event.get("object") or {}
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    saw(obj)
+        except (httpx2.HTTPError, ValueError) as exc:
+            print(f"watch: {type(exc).__name__}: {exc}; resuming", file=sys.stderr, flush=True)
+        out.put(("", time.monotonic()))
 
 
 class Watcher:
@@ -138,6 +165,8 @@ class Watcher:
 
     def __init__(self, ep: Endpoint) -> None:
         self.bound: dict[str, float] = {}
+        self.resumed = 0
+        """Times the watch ended and was resumed."""
         self._queue: multiprocessing.Queue[tuple[str, float]] = multiprocessing.Queue()
         self._proc = multiprocessing.Process(target=_watch, args=(ep, self._queue), daemon=True)
         self._proc.start()
@@ -146,7 +175,10 @@ class Watcher:
     def _drain(self) -> None:
         while True:
             name, t = self._queue.get()
-            self.bound[name] = t
+            if name:
+                self.bound[name] = t
+            else:
+                self.resumed += 1
 
     def wait(self, n: int, timeout_s: float, what: str, quiet_s: float = 15.0) -> None:
         """Until all `n` pods are bound, or none more was bound for `quiet_s` (the rest fit nowhere now)."""
@@ -264,11 +296,13 @@ def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, 
             time.sleep(5)  # the scheduler's informers synced
             started = time.monotonic()
             created = {}
+            creator = ep.client(10)
             for i in range(0, n_pods, 10):  # ten pods per burst, paced to `rate`
-                created.update(create_all(ep, work[i:i + 10], pod_path, threads=10))
+                created.update(create_all(ep, work[i:i + 10], pod_path, threads=10, client=creator))
                 lag = started + (i + 10) / rate - time.monotonic()
                 if lag > 0:
                     time.sleep(lag)
+            creator.close()
         try:
             watcher.wait(n_pods, timeout_s=n_pods / max(qps, 20) + 600, what=name)
             time.sleep(1)
@@ -283,7 +317,8 @@ def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, 
         result: Obj = {"scheduler": which, "mode": mode, "nodes": n_nodes, "pods": n_pods,
                        "budget": f"{qps:g} QPS" if qps else "unthrottled", "bound": len(times),
                        "binds_per_s": round((len(times) - 1) / (times[-1] - times[0]), 1),
-                       "wall_s": round(times[-1] - started, 1), "cpu_s": round(cpu, 1)}
+                       "wall_s": round(times[-1] - started, 1), "cpu_s": round(cpu, 1),
+                       "watch_resumed": watcher.resumed}
         if mode == "batch":
             result["whole_nodes_free"] = whole_nodes_free(ep)
         else:
@@ -347,7 +382,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--nodes", default="1000,5000", help="node counts, comma-separated (default 1000,5000)")
     parser.add_argument("--pods", type=int, default=10_000)
-    parser.add_argument("--rate", type=float, default=200.0, help="pods created per second in the rate runs")
+    parser.add_argument("--rate", type=float, default=50.0,
+                        help="pods created per second in the rate runs (default 50: what both schedulers sustain here)")
+    parser.add_argument("--rate-pods", type=int, default=3000, help="pods created in each rate run (default 3000)")
     parser.add_argument("--budgets", default="unthrottled,throttled")
     parser.add_argument("--schedulers", default="raw,kube-scheduler,gpufleet")
     parser.add_argument("--modes", default="batch,rate")
@@ -371,7 +408,8 @@ def main() -> int:
                 for budget in args.budgets.split(","):
                     for mode in args.modes.split(","):
                         (tmp / f"{which}-{mode}-{n_nodes}-{'q' if budgets[budget] else 'u'}").mkdir()
-                        runs.append(scheduler_run(which, mode, n_nodes, args.pods, budgets[budget], args.rate, tmp,
+                        n_pods = args.rate_pods if mode == "rate" else args.pods
+                        runs.append(scheduler_run(which, mode, n_nodes, n_pods, budgets[budget], args.rate, tmp,
                                                   profile))
                         print(_line(runs[-1]), flush=True)
         c_versions = read_versions().as_dict()
