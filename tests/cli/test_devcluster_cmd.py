@@ -59,3 +59,14 @@ def test_missing_binaries_say_how_to_build_them(capsys: pytest.CaptureFixture[st
     assert err.startswith("gpufleet dev-cluster: error: etcd is not built: expected ")
     assert "`make kube`" in err and "\n" not in err
     assert binaries.bin_dir() == tmp_path / "empty"
+
+
+def test_a_port_in_use_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        assert main(["dev-cluster", "--nodes", "0", "--port", str(busy), "--dir", str(tmp_path / "state")]) == 2
+    assert capsys.readouterr().err.strip() == f"gpufleet dev-cluster: error: --port {busy}: address already in use"
+    assert subprocess.run(["pgrep", "-f", str(tmp_path / "state")], capture_output=True).returncode == 1

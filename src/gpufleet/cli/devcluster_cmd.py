@@ -1,6 +1,6 @@
 """`gpufleet dev-cluster`: the real Kubernetes control plane on this machine, with KWOK GPU nodes.
 
-    gpufleet dev-cluster --nodes 20 [--kubeconfig ./dev-cluster.kubeconfig] [--seed 0] [--dir DIR]
+    gpufleet dev-cluster --nodes 20 [--port 6443] [--kubeconfig ./dev-cluster.kubeconfig] [--seed 0] [--dir DIR]
 
 Starts etcd, kube-apiserver, kube-controller-manager and KWOK (`gpufleet.testing.cluster`,
 binaries from `make kube`), installs gpufleet's CRDs, creates N generated GPU nodes that KWOK
@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
-from gpufleet.cli.main import UsageError, random_seed
-from gpufleet.testing.cluster import ApiError, Cluster, ComponentFailed, MissingBinaries
+from gpufleet.cli.main import UsageError, port, random_seed
+from gpufleet.testing.cluster import ApiError, Cluster, ClusterOptions, ComponentFailed, MissingBinaries
 from gpufleet.testing.gpu_nodes import gpu_nodes
 
 DEFAULT_KUBECONFIG = "dev-cluster.kubeconfig"
@@ -36,6 +36,7 @@ def add_parser(subparsers: Any) -> None:
         "dev-cluster", help="run the real Kubernetes control plane locally with simulated (KWOK) GPU nodes",
         description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--nodes", type=int, default=10, help="simulated GPU nodes to create (default 10)")
+    parser.add_argument("--port", type=port, default=0, help="kube-apiserver's port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--kubeconfig", type=Path, default=Path(DEFAULT_KUBECONFIG),
                         help=f"where to write the admin kubeconfig (default ./{DEFAULT_KUBECONFIG})")
     parser.add_argument("--seed", type=random_seed, default=0, help="seed of the generated node fleet (default 0)")
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="gpufleet-dev-cluster-"))
-    cluster = Cluster(workdir)
+    cluster = Cluster(workdir, ClusterOptions(apiserver_port=args.port))
     try:
         cluster.start()
         for crd in sorted(CRDS.glob("*.yaml")) if CRDS.is_dir() else []:
@@ -65,7 +66,13 @@ def run(args: argparse.Namespace) -> int:
     except MissingBinaries as exc:
         cluster.stop()
         raise UsageError(str(exc)) from None
-    except (ComponentFailed, ApiError, OSError) as exc:
+    except ComponentFailed as exc:
+        cluster.stop()
+        if args.port and "address already in use" in str(exc):
+            raise UsageError(f"--port {args.port}: address already in use") from None
+        raise UsageError(f"the control plane did not start (logs in {workdir / 'logs'}): "
+                         f"{str(exc).splitlines()[0]}") from None
+    except (ApiError, OSError) as exc:
         cluster.stop()
         raise UsageError(f"the control plane did not start (logs in {workdir / 'logs'}): {exc}") from None
     versions = ", ".join(f"{k} {v}" for k, v in cluster.versions.items())

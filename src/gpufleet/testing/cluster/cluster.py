@@ -89,6 +89,8 @@ class ClusterOptions:
     node_monitor_grace_period_s: int = 20
     """How long a node's lease may go unrenewed before it is NotReady (kube-controller-manager's
     default is 50 s; shorter here so fault tests finish)."""
+    apiserver_port: int = 0
+    """kube-apiserver's port on 127.0.0.1; 0 = a free one."""
     extra_apiserver_args: list[str] = field(default_factory=list)
 
 
@@ -152,7 +154,8 @@ class Cluster:
                 start()
                 return
             except ComponentFailed as exc:
-                if "address already in use" not in str(exc) or attempt == attempts - 1:
+                fixed = name == "kube-apiserver" and self.options.apiserver_port
+                if "address already in use" not in str(exc) or fixed or attempt == attempts - 1:
                     raise
                 self._processes.pop(name).stop()
 
@@ -321,7 +324,7 @@ class Cluster:
     def _start_apiserver(self, path: Path) -> None:
         assert self.pki is not None
         d, pki = self.workdir, self.pki
-        self.apiserver_port = _free_ports(1)[0]
+        self.apiserver_port = self.options.apiserver_port or _free_ports(1)[0]
         argv = [str(path), f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
                 "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
                 f"--secure-port={self.apiserver_port}",
