@@ -51,8 +51,9 @@ class KubeClient:
 
     def __init__(self, server: str, token: str, ca_file: str, *, timeout_s: float = 30.0) -> None:
         self.server = server
-        self._http = httpx2.Client(base_url=server, headers={"Authorization": f"Bearer {token}"}, verify=ssl.create_default_context(cafile=ca_file),
-                                   timeout=timeout_s, trust_env=False)
+        self._http = httpx2.Client(base_url=server, headers={"Authorization": f"Bearer {token}"},
+                                   verify=ssl.create_default_context(cafile=ca_file), timeout=timeout_s,
+                                   trust_env=False)
         self._by_plural: dict[str, Resource] = {}
         self._by_kind: dict[tuple[str, str], Resource] = {}
 
