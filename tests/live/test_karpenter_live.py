@@ -159,7 +159,7 @@ def test_a_whole_gpu_pod_that_fits_nowhere_gets_a_node_from_karpenter(env: Env) 
     assert assignment.node == node["metadata"]["name"] and len(assignment.gpus) == 2 and set(assignment.gpus) <= gpus
     wait_for(lambda: state()["status"].get("phase") == "Running", 30, "KWOK to run the pod")
     # the NodeClaim is Karpenter's own: whole GPUs are left to it
-    (claim,) = env.admin.list("nodeclaims")
+    (claim,) = claims_with_nodes(env)
     assert "gpufleet.io/provisioner" not in labels(claim) and claim["status"]["nodeName"] == node["metadata"]["name"]
     assert env.claims_created_by_gpufleet() == []
     assert env.karpenter is not None and "default/whole" in env.karpenter.log()
@@ -167,6 +167,14 @@ def test_a_whole_gpu_pod_that_fits_nowhere_gets_a_node_from_karpenter(env: Env) 
     assert binders == {SCHEDULER}
     assert env.refused() == []
     print(f"\nwhole-GPU pod: Unschedulable -> Karpenter's p5.48xlarge -> bound in {took:.1f} s")
+
+
+def claims_with_nodes(env: Env) -> list[dict[str, Any]]:
+    """The NodeClaims, once Karpenter has recorded each one's node in its status: it does so after
+    the node registered, which can be after gpufleet has already bound pods to that node."""
+    wait_for(lambda: all(((c.get("status") or {}).get("nodeName")) for c in env.admin.list("nodeclaims")), 60,
+             "Karpenter to record each NodeClaim's node")
+    return env.admin.list("nodeclaims")
 
 
 # -- b. a gang: gpufleet's NodeClaims, exactly its nodes ---------------------------------------------
@@ -183,7 +191,7 @@ def test_a_gang_of_8_x_8_gpus_gets_gpufleets_nodeclaims_and_exactly_8_nodes(env:
     pods = env.pods()
     nodes_of = {n: pods[n]["spec"]["nodeName"] for n in names}
     assert len(set(nodes_of.values())) == 8, f"not one member per node: {nodes_of}"
-    claims = env.admin.list("nodeclaims")
+    claims = claims_with_nodes(env)
     assert len(claims) == 8 and all(labels(c).get("gpufleet.io/provisioner") == "gpufleet" for c in claims), \
         [(c["metadata"]["name"], labels(c).get("gpufleet.io/provisioner")) for c in claims]
     assert sorted(env.claims_created_by_gpufleet()) == sorted(c["metadata"]["name"] for c in claims)
@@ -276,7 +284,7 @@ def test_fractions_get_one_nodeclaim_of_gpufleets_and_karpenter_leaves_them_alon
     names = [f"f{k}" for k in range(4)]
     wait_for(lambda: all(env.pods()[n]["spec"].get("nodeName") for n in names), 90,
              "the fractions bound on gpufleet's node")
-    (claim,) = env.admin.list("nodeclaims")  # four 250m fit one A10, the cheapest
+    (claim,) = claims_with_nodes(env)  # four 250m fit one A10, the cheapest
     assert labels(claim)["gpufleet.io/provisioner"] == "gpufleet" and labels(claim)["karpenter.sh/nodepool"] == "a10"
     assert env.claims_created_by_gpufleet() == [claim["metadata"]["name"]]
     node = claim["status"]["nodeName"]
