@@ -88,7 +88,14 @@ def test_2000_pods_kill_9_and_restart_no_double_binding_no_overcommit(cluster: A
         creator.join()
     assert 300 <= len(before) < 2000
     with Scheduler(kubeconfig, log, "--qps", "0") as second:
-        wait_for(lambda: settled(c), 180, "every pod bound or marked Unschedulable", interval_s=1.0)
+        try:
+            wait_for(lambda: settled(c), 300, "every pod bound or marked Unschedulable", interval_s=1.0)
+        except AssertionError:
+            pods_now = c.admin.list("pods")
+            print("not reported:", workload.check_pending(pods_now)[:10])
+            print("still placeable:", workload.placeable(pods_now, c.admin.list("nodes"), c.admin.list("podgroups"))[:10])
+            print(second.log()[-4000:])
+            raise
         wait_for(lambda: all((g.get("status") or {}).get("phase") for g in c.admin.list("podgroups")), 20,
                  "every PodGroup to have a phase")
         wait_for(lambda: all((q.get("status") or {}).get("allocated") for q in c.admin.list("queues")), 20,
