@@ -21,26 +21,12 @@ from gpufleet.kube import config
 from gpufleet.kube.errors import TemporaryError
 from gpufleet.kube.node_api import KubeNodeApi
 from gpufleet.kube.retry import Retrier, RetryPolicy
+from gpufleet.testing.clock import VirtualTime
 
 from .conftest import write_kubeconfig
 
 NODE = "n1"
 TIMEOUT_S = 0.5
-
-
-class VirtualTime:
-    """A clock that `sleep` advances: the backoff runs without waiting, and is recorded."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
 
 
 def make_api(client: lightkube.Client, vtime: VirtualTime) -> KubeNodeApi:

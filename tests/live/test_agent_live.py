@@ -32,6 +32,7 @@ from gpufleet.kube import config
 from gpufleet.kube.node_api import KubeNodeApi
 from gpufleet.kube.retry import Retrier, RetryPolicy
 from gpufleet.model import annotations as ann
+from gpufleet.testing.clock import VirtualTime
 from gpufleet.testing.cluster import Cluster
 from gpufleet.testing.gpu_nodes import KWOK_ANNOTATION
 
@@ -42,21 +43,6 @@ AGENT_USER = service_account_user(AGENT_SA)
 FOREIGN_TAINT = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
 FRACTIONS = "gpufleet: {fractions: true, metricsPort: 0}\n"
 """A config that also writes node capacity (gpufleet.io/gpu-memory) through nodes/status."""
-
-
-class VirtualTime:
-    """The retrier's clock: its backoff sleeps advance it instead of waiting, and are recorded."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,7 @@ from gpufleet.kube.node_api import KubeNodeApi
 from gpufleet.kube.retry import Retrier, RetryPolicy
 from gpufleet.model import Taint, TaintEffect
 from gpufleet.model import annotations as ann
+from gpufleet.testing.clock import VirtualTime
 from gpufleet.testing.cluster import Cluster
 from gpufleet.testing.cluster.faultproxy import Delay, FaultProxy, Reply, Rule
 from gpufleet.testing.gpu_nodes import KWOK_ANNOTATION
@@ -48,21 +49,6 @@ PREFIX = "unhealthy.gpufleet.io/"
 FOREIGN_TAINT = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
 PODS = r"^/api/v1/pods$"
 Obj = dict[str, Any]
-
-
-class VirtualTime:
-    """The retrier's clock: its backoff sleeps advance it instead of waiting, and are recorded."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
 
 
 @pytest.fixture(scope="module")
