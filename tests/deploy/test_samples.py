@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from gpufleet.kube import translate
 from gpufleet.model import annotations as ann
 from gpufleet.model import queue as queues
 from tests.deploy import manifests
@@ -78,8 +79,7 @@ def test_queued_pods_name_a_sample_queue_whose_parent_exists(samples: dict[str, 
 
 
 def test_sample_queues_translate_into_a_valid_queue_tree(samples: dict[str, list[Obj]]) -> None:
-    """The scheduler's CR -> model mapping (gpufleet.kube.translate, being written alongside) accepts them."""
-    translate = pytest.importorskip("gpufleet.kube.translate", reason="the scheduler's translate module is not there yet")
+    """The scheduler's CR -> model mapping (gpufleet.kube.translate) accepts them."""
     tree = queues.QueueTree.build(translate.queue(q) for q in samples["05-queues.yaml"])
     assert tree.path("research-nlp") == ("research", "research-nlp")
     assert tree.queues["research"].guaranteed[queues.GPU] == 16_000
