@@ -132,6 +132,57 @@ def test_a_per_model_limit_steers_pods_to_other_models() -> None:
     assert len(on_t4) == 1 and len(result.binds) == 3
 
 
+ORDERS = [FAIR, QueueingConfig(order="priority")]
+
+
+@pytest.mark.parametrize("cfg", ORDERS, ids=["fair", "priority"])
+def test_an_elastic_gang_takes_extra_members_only_up_to_its_queue_limit(cfg: QueueingConfig) -> None:
+    """Issue 25: minMember 2, four members of 2 GPUs, limit 4 GPUs: two members run, not four."""
+    snap = ClusterSnapshot.build(nodes(1), pod_groups=[PodGroup("g", 2)])
+    gang = [make_pod(f"m{i}").gpus(2).queue("a").gang("g").build() for i in range(4)]
+    result = run(snap, gang, cfg, [Queue("a", limit={"gpu": 4 * G})])
+    assert gpus_by_queue(snap, result) == {"a": 4}
+    assert sorted(b.pod for b in result.binds) == [gang[0].uid, gang[1].uid]
+    assert result.unschedulable[gang[2].uid].message == (
+        "queue a: limit of 4 GPU reached (4 GPU in use, the pod asks 2 GPU)")
+
+
+@pytest.mark.parametrize("cfg", ORDERS, ids=["fair", "priority"])
+def test_an_elastic_gang_counts_against_its_parent_queue_limit(cfg: QueueingConfig) -> None:
+    snap = ClusterSnapshot.build(nodes(1), pod_groups=[PodGroup("g", 1)])
+    queues = [Queue("team", limit={"gpu": 3 * G}), Queue("a", parent="team")]
+    gang = [make_pod(f"m{i}").gpus(1).queue("a").gang("g").build() for i in range(6)]
+    result = run(snap, gang, cfg, queues)
+    assert gpus_by_queue(snap, result) == {"a": 3}
+
+
+@pytest.mark.parametrize("cfg", ORDERS, ids=["fair", "priority"])
+def test_every_gang_member_counts_against_a_per_model_limit_as_it_is_placed(cfg: QueueingConfig) -> None:
+    """Issue 25: limit 1 T4, a gang of four 1-GPU pods, one 4xT4 and one 4xA100 node: one on T4."""
+    snap = ClusterSnapshot.build(nodes(1, gpus=4, model="T4") + [
+        make_node("z").cpu(64_000).mem_gib(512).gpus(4, model="A100-80GB").build()], pod_groups=[PodGroup("g", 4)])
+    gang = [make_pod(f"m{i}").gpus(1).queue("a").gang("g").build() for i in range(4)]
+    result = run(snap, gang, cfg, [Queue("a", limit={"gpu/T4": 1 * G})])
+    assert sorted(b.node for b in result.binds) == ["n0", "z", "z", "z"]
+
+
+def test_a_gang_the_per_model_limit_cannot_fit_elsewhere_waits_whole() -> None:
+    snap = ClusterSnapshot.build(nodes(1, gpus=4, model="T4"), pod_groups=[PodGroup("g", 2)])
+    gang = [make_pod(f"m{i}").gpus(1).queue("a").gang("g").build() for i in range(2)]
+    result = run(snap, gang, FAIR, [Queue("a", limit={"gpu/T4": 1 * G})])
+    assert not result.binds and set(result.unschedulable) == {g.uid for g in gang}
+
+
+def test_a_gang_whose_minimum_exceeds_the_limit_waits_with_the_limit_named() -> None:
+    snap = ClusterSnapshot.build(nodes(1), pod_groups=[PodGroup("g", 3)])
+    gang = [make_pod(f"m{i}").gpus(2).queue("a").gang("g").build() for i in range(4)]
+    result = run(snap, gang, FAIR, [Queue("a", limit={"gpu": 4 * G})])
+    assert not result.binds
+    assert {s.plugin for s in result.unschedulable.values()} == {"QueueLimit"}
+    assert result.unschedulable[gang[0].uid].message == (
+        "queue a: limit of 4 GPU reached (0 GPU in use, the pod asks 6 GPU)")
+
+
 def test_a_queue_that_may_not_borrow_stays_within_its_guarantee() -> None:
     snap = ClusterSnapshot.build(nodes(1))
     result = run(snap, one_gpu_pods("a", 8, "a"), FAIR, [Queue("a", guaranteed={"gpu": 3 * G}, borrow=False)])
@@ -256,6 +307,33 @@ def test_a_gang_of_preemptors_that_fits_is_nominated_together() -> None:
     assert len(result.evictions) == 2 and sorted(p.pod for p in result.nominated) == [g.uid for g in gang]
     assert {e.preemptor for e in result.evictions} == {gang[0].uid}
 
+
+
+def test_an_elastic_gang_that_reclaims_stays_within_its_queue_limit() -> None:
+    queues = [Queue("a", limit={"gpu": 4 * G}), Queue("b")]
+    snap = running(ClusterSnapshot.build(nodes(1), pod_groups=[PodGroup("g", 1)]),
+                   [make_pod(f"b{i}").gpus(2).queue("b").build() for i in range(4)])
+    gang = [make_pod(f"g{i}").gpus(2).queue("a").gang("g").created(500).build() for i in range(4)]
+    result = run(snap, gang, RECLAIM, queues)
+    assert gpus_by_queue(snap, result) == {"a": 4, "b": 4}
+    assert sorted(p.pod for p in result.nominated) == [gang[0].uid, gang[1].uid]
+
+
+def test_each_member_of_a_reclaiming_gang_stops_at_its_queues_fair_share() -> None:
+    """a and b want 8 GPUs each of 8: a's fair share is 4, so two of its four extras reclaim."""
+    snap = running(ClusterSnapshot.build(nodes(1), pod_groups=[PodGroup("g", 1)]),
+                   [make_pod(f"b{i}").gpus(2).queue("b").build() for i in range(4)])
+    gang = [make_pod(f"g{i}").gpus(2).queue("a").gang("g").created(500).build() for i in range(4)]
+    result = run(snap, gang, RECLAIM, [Queue("a"), Queue("b")])
+    assert gpus_by_queue(snap, result) == {"a": 4, "b": 4}
+
+
+def test_preemption_never_takes_a_gang_past_its_max_member() -> None:
+    low = [make_pod(f"low{i}").gpus(2).build() for i in range(4)]
+    snap = running(ClusterSnapshot.build(nodes(1), pod_groups=[PodGroup("g", 1, max_member=2)]), low)
+    gang = [make_pod(f"g{i}").gpus(2).gang("g").priority(10).build() for i in range(4)]
+    result = run(snap, gang, PREEMPT)
+    assert len(result.nominated) == 2 and len(result.evictions) == 2
 
 # -- starvation ----------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -47,6 +47,19 @@ def constraint_key(pod: PodSpec) -> tuple[object, ...]:
     """Pods with equal keys are interchangeable for filtering (not for gangs or priority)."""
     selector = tuple(sorted(pod.node_selector.items())) if pod.node_selector else ()
     return (pod.cpu_milli, pod.mem_mib, pod.gpu, pod.gpu_models, selector, pod.affinity, pod.tolerations)
+
+
+class Admission(Protocol):
+    """What the layer above says about each pod of a unit as it is placed (`core.queued`: queue limits)."""
+
+    def admit(self, pod: PodSpec) -> Status | None:
+        """None to try `pod` (the admission may set the cycle's node mask for it), else why not."""
+
+    def placed(self, placement: Placement) -> None:
+        """`placement` was made, tentatively for a gang member."""
+
+    def removed(self, placement: Placement) -> None:
+        """A tentative `placement` was rolled back."""
 
 
 class _Cycle:
@@ -225,18 +238,31 @@ class _Cycle:
         finally:
             self.view.usage = real
 
-    def run_unit(self, unit: list[PodSpec]) -> list[Placement]:
-        return self.run_single(unit[0]) if unit[0].pod_group is None else self.run_gang(unit)
+    def run_unit(self, unit: list[PodSpec], admission: Admission | None = None) -> list[Placement]:
+        if unit[0].pod_group is None:
+            return self.run_single(unit[0], admission)
+        return self.run_gang(unit, admission)
 
-    def run_single(self, pod: PodSpec) -> list[Placement]:
+    def _try(self, pod: PodSpec, admission: Admission | None) -> Placement | Status:
+        denied = admission.admit(pod) if admission is not None else None
+        if denied is not None:
+            return denied
         result = self.place(pod)
+        if admission is not None and isinstance(result, Placement):
+            admission.placed(result)
+        return result
+
+    def run_single(self, pod: PodSpec, admission: Admission | None = None) -> list[Placement]:
+        result = self._try(pod, admission)
         if isinstance(result, Placement):
             self.binds.append(result)
             return [result]
         self.unschedulable[pod.uid] = result
         return []
 
-    def run_gang(self, members: list[PodSpec]) -> list[Placement]:
+    def run_gang(self, members: list[PodSpec], admission: Admission | None = None) -> list[Placement]:
+        """Each member is admitted and placed in turn, counting the members placed before it,
+        so an elastic gang takes extra members only while its admission (queue limits) allows."""
         group_key = members[0].pod_group or ""
         group = self.snapshot.pod_groups.get(group_key)
         running = self.running_members(group_key)
@@ -251,7 +277,7 @@ class _Cycle:
                     f"pod group {group_key} already has maxMember {group.max_member} pods running or placed",), "Gang")
             members = members[:room]
         for pod in members:
-            result = self.place(pod)
+            result = self._try(pod, admission)
             if isinstance(result, Placement):
                 placed.append((pod, result))
             else:
@@ -262,8 +288,11 @@ class _Cycle:
             return [p for _, p in placed]
         for pod, placement in reversed(placed):
             self._rollback(pod, placement)
+            if admission is not None:
+                admission.removed(placement)
         why = (f"pod group {group_key}: only {len(placed) + running} of minMember "
                f"{need + running} pods could be placed together")
+        self.unschedulable.update(failures)  # members beyond maxMember keep their own reason
         for pod in members:
             inner = failures.get(pod.uid)
             reasons = (why,) + (inner.reasons if inner else ())

@@ -84,7 +84,8 @@ class _Preemptor:
         return recent >= self.cfg.max_preemptions_per_pod_per_hour
 
     # -- who may be evicted for `pod` -------------------------------------------------------
-    def candidates(self, pod: PodSpec, q: int, unit_total: F64) -> list[VictimUnit]:
+    def candidates(self, pod: PodSpec, q: int, reclaim_dims: list[int] | None) -> list[VictimUnit]:
+        """Victims for `pod` of queue q; `reclaim_dims`: the dimensions q may reclaim in (None: it may not)."""
         from gpufleet.core.queued import las_level
         cfg, book = self.cfg, self.book
         found: list[Placement] = []
@@ -99,19 +100,22 @@ class _Preemptor:
                 if p.priority >= pod.priority:
                     break
                 found.append(p)
-        if cfg.reclaim and self._within_fair(q, unit_total):
-            dims = self._dims(unit_total)
+        if reclaim_dims is not None:
             for other, victims in self.by_queue.items():
-                if other != q and (book.alloc[other, dims] > self.fair[other, dims] + _EPS).any():
+                if other != q and (book.alloc[other, reclaim_dims] > self.fair[other, reclaim_dims] + _EPS).any():
                     found.extend(victims)
         return self._units(found)
 
     def _dims(self, vec: F64) -> list[int]:
         return [GPU_DIM] if vec[GPU_DIM] > 0 else [0, 1]
 
-    def _within_fair(self, q: int, total: F64) -> bool:
-        dims = self._dims(total)
-        return bool((self.book.alloc[q, dims] + total[dims] <= self.fair[q, dims] + _EPS).all())
+    def reclaim_dims(self, q: int, ask: F64) -> list[int] | None:
+        """Where queue q may reclaim for a pod asking `ask`: the pod's dimensions, if q stays within
+        its fair share in them once the pod runs (what q holds counts the unit's members placed so far)."""
+        if not self.cfg.reclaim:
+            return None
+        dims = self._dims(ask)
+        return dims if bool((self.book.alloc[q, dims] + ask[dims] <= self.fair[q, dims] + _EPS).all()) else None
 
     def _units(self, found: list[Placement]) -> list[VictimUnit]:
         units: list[VictimUnit] = []
@@ -228,30 +232,34 @@ def run(cycle: _Cycle, book: QueueBook, fair: F64, ctx: QueueContext, cfg: Queue
 
 def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
     from gpufleet.core.cycle import constraint_key
-    from gpufleet.core.queued import node_mask
+    from gpufleet.core.queued import members_needed, node_mask, sum_vectors
     cycle, book = pre.cycle, pre.book
     q = book.queue_of(unit[0].queue)
     if not book.is_leaf(q) or any(p.uid not in cycle.unschedulable for p in unit):
         return
+    need = members_needed(cycle, unit)
     group = cycle.snapshot.pod_groups.get(unit[0].pod_group or "")
-    need = len(unit) if unit[0].pod_group is None or group is None else group.min_member - cycle.running_members(
-        unit[0].pod_group)
+    if unit[0].pod_group is not None and group is not None and group.max_member is not None:
+        unit = unit[:max(group.max_member - cycle.running_members(unit[0].pod_group), 0)]
+        if not unit:
+            return
     key = (constraint_key(unit[0]), len(unit), need, q, unit[0].priority,
            pre.ctx.attained_gpu_s.get(unit[0].uid, 0.0) if pre.cfg.order == "las" else 0.0)
     if pre.hopeless.get(key) == cycle.epoch:
         return  # an identical unit found no room this cycle, and nothing was evicted since
-    total = sum((book.pod_vector(p) for p in unit), np.zeros(len(book.dims)))
-    if book.over_limit(q, total * (max(need, 1) / len(unit))) is not None:
+    if book.over_limit(q, sum_vectors(book, unit[:max(need, 1)])) is not None:
         return
     journal = _Journal([], [])
     placed: list[Placement] = []
     for i, pod in enumerate(unit):
         if len(placed) + (len(unit) - i) < need:
             break
+        if book.over_limit(q, book.pod_vector(pod)) is not None:
+            continue  # an extra member of an elastic gang its queue's limits leave no room for
         cycle.mask, cycle.mask_key = node_mask(cycle, book, q, pod, pre.held)
         fitted = cycle.place(pod)
         if not isinstance(fitted, Placement):
-            units = pre.candidates(pod, q, total)
+            units = pre.candidates(pod, q, pre.reclaim_dims(q, book.pod_vector(pod)))
             choice = pre.choose(pod, q, units) if units else None
             if choice is None:
                 continue

@@ -36,7 +36,7 @@ from gpufleet.core.fairshare import fair_shares
 from gpufleet.core.quota import F64, QueueBook, pod_gpu_milli
 from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.framework.status import Code, Status
-from gpufleet.model import GpuKind, PodSpec, PodUid, QueueTree, Usage
+from gpufleet.model import GpuKind, Placement, PodSpec, PodUid, QueueTree, Usage
 
 if TYPE_CHECKING:
     from gpufleet.core.cycle import _Cycle
@@ -139,20 +139,45 @@ def _place_unit(cycle: _Cycle, book: QueueBook, unit: Unit, held: np.ndarray) ->
         _fail(cycle, unit, f"queue {book.names[q]} has child queues: pods must name a leaf queue", "Queue")
         return False
     if book.limited[q]:
-        total = sum((book.pod_vector(p) for p in unit), np.zeros(len(book.dims)))
-        group = cycle.snapshot.pod_groups.get(unit[0].pod_group or "")
-        if group is not None and group.min_member < len(unit):
-            total = total * (group.min_member / len(unit))  # an elastic gang needs only its minimum
-        why = book.over_limit(q, total)
+        why = book.over_limit(q, sum_vectors(book, unit[:members_needed(cycle, unit)]))
         if why is not None:
             _fail(cycle, unit, why, "QueueLimit")
             return False
-    mask, mask_key = node_mask(cycle, book, q, unit[0], held)
-    cycle.mask, cycle.mask_key = mask, mask_key
-    placed = cycle.run_unit(unit)
-    for p in placed:
-        book.add(q, book.placement_vector(p))
-    return bool(placed)
+    return bool(cycle.run_unit(unit, QueueAdmission(cycle, book, q, held)))
+
+
+def members_needed(cycle: _Cycle, unit: Unit) -> int:
+    """How many of the unit's pods must be placed together: all, or what a gang lacks of minMember."""
+    group = cycle.snapshot.pod_groups.get(unit[0].pod_group or "")
+    if unit[0].pod_group is None or group is None:
+        return len(unit)
+    return max(group.min_member - cycle.running_members(unit[0].pod_group), 0)
+
+
+def sum_vectors(book: QueueBook, pods: Iterable[PodSpec]) -> F64:
+    return sum((book.pod_vector(p) for p in pods), np.zeros(len(book.dims)))
+
+
+class QueueAdmission:
+    """Counts every pod of a unit against its queue's limits as it is placed, tentative gang
+    members included, and masks the nodes of GPU models a per-model limit no longer allows.
+    A gang takes extra members (beyond minMember) only while they stay within the limits."""
+
+    def __init__(self, cycle: _Cycle, book: QueueBook, q: int, held: np.ndarray) -> None:
+        self.cycle, self.book, self.q, self.held = cycle, book, q, held
+
+    def admit(self, pod: PodSpec) -> Status | None:
+        why = self.book.over_limit(self.q, self.book.pod_vector(pod))
+        if why is not None:
+            return Status(Code.UNSCHEDULABLE, (why,), "QueueLimit")
+        self.cycle.mask, self.cycle.mask_key = node_mask(self.cycle, self.book, self.q, pod, self.held)
+        return None
+
+    def placed(self, placement: Placement) -> None:
+        self.book.add(self.q, self.book.placement_vector(placement))
+
+    def removed(self, placement: Placement) -> None:
+        self.book.add(self.q, self.book.placement_vector(placement), sign=-1)
 
 
 def node_mask(cycle: _Cycle, book: QueueBook, q: int, pod: PodSpec, held: np.ndarray
