@@ -4,13 +4,41 @@ tests/live/test_snapshot_live.py)."""
 
 from __future__ import annotations
 
+import copy
+import time
+import types
+from typing import Any
+
+import pytest
+
 from gpufleet.model import annotations as ann
+from gpufleet.testing import gpu_nodes as gpu_nodes_module
 from gpufleet.testing.gpu_nodes import gpu_nodes
 
+TIMES = ("lastHeartbeatTime", "lastTransitionTime")
 
-def test_the_same_seed_gives_the_same_fleet_and_another_seed_another() -> None:
-    assert gpu_nodes(20, seed=7) == gpu_nodes(20, seed=7)
-    assert gpu_nodes(20, seed=7) != gpu_nodes(20, seed=8)
+
+def timeless(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The nodes without their conditions' wall-clock times (the only part a seed does not fix)."""
+    out = copy.deepcopy(nodes)
+    for node in out:
+        for condition in node["status"]["conditions"]:
+            for key in TIMES:
+                del condition[key]
+    return out
+
+
+def test_the_same_seed_gives_the_same_fleet_and_another_seed_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = gpu_nodes(20, seed=7)
+    # The second fleet is made an hour later on the wall clock, so a comparison that looked
+    # at heartbeat times would fail every time rather than only when a second ticks over.
+    later = types.SimpleNamespace(strftime=time.strftime, gmtime=lambda: time.gmtime(time.time() + 3600))
+    monkeypatch.setattr(gpu_nodes_module, "time", later)
+    again = gpu_nodes(20, seed=7)
+    assert {c[k] for n in first for c in n["status"]["conditions"] for k in TIMES} \
+        != {c[k] for n in again for c in n["status"]["conditions"] for k in TIMES}
+    assert timeless(first) == timeless(again)
+    assert timeless(first) != timeless(gpu_nodes(20, seed=8))
 
 
 def test_a_fleet_mixes_models_counts_and_mig() -> None:
