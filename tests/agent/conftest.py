@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -13,22 +14,39 @@ from gpufleet.agent import configsource, fake
 from gpufleet.agent.kube import FakeNodeApi, PodView
 from gpufleet.agent.runtime import Agent, AgentOptions
 
-from .kubelet import FakeKubelet
+from .kubelet import WAIT_S, FakeKubelet
 
 NODE = "gpu-node-1"
 
 
 class FakeClock:
-    """Virtual time for the health quiet period: tests advance it instead of sleeping."""
+    """Virtual time for the health quiet period: tests advance it instead of sleeping.
+
+    It counts its reads (the health monitor reads it once per poll), so a test can wait for
+    polls to happen rather than for wall-clock time to pass.
+    """
 
     def __init__(self, now: float = 1000.0) -> None:
         self.now = now
+        self.reads = 0
+        self._cond = threading.Condition()
 
     def __call__(self) -> float:
-        return self.now
+        with self._cond:
+            self.reads += 1
+            self._cond.notify_all()
+            return self.now
 
     def advance(self, seconds: float) -> None:
-        self.now += seconds
+        with self._cond:
+            self.now += seconds
+
+    def wait_reads(self, n: int, timeout_s: float = WAIT_S) -> None:
+        """Wait until the clock has been read `n` more times after this call."""
+        with self._cond:
+            target = self.reads + n
+            if not self._cond.wait_for(lambda: self.reads >= target, timeout_s):
+                raise AssertionError(f"the clock was read {n} times fewer than expected within {timeout_s} s")
 
 
 @pytest.fixture

@@ -15,21 +15,20 @@ from gpufleet.agent.kube import PodView
 from gpufleet.model import annotations as ann
 
 from .conftest import NODE, AgentFactory, FakeClock
-from .kubelet import FakeKubelet
+from .kubelet import WAIT_S, FakeKubelet
 
 H100 = [f"GPU-1d7a2c39-5c5e-4a0b-8f6e-2b1f0c3a9d0{i}" for i in range(1, 9)]
 NVL = [f"GPU-9c41d7e2-0b6a-4f3e-a8d5-7e2c1b0f4a0{i}" for i in range(1, 5)]
 A100 = [f"GPU-3f8a1b2c-7d4e-4c5f-9a6b-0e1d2c3b4a0{i}" for i in range(1, 5)]
 
 
-def eventually(check: Callable[[], bool], timeout_s: float = 1.0) -> float:
-    """Seconds until `check()` held; fails after `timeout_s`."""
-    start = time.monotonic()
+def eventually(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+    """Wait until `check()` holds; fail after `timeout_s` (generous: it bounds a failing test only)."""
+    deadline = time.monotonic() + timeout_s
     while not check():
-        if time.monotonic() - start > timeout_s:
+        if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s} s")
         time.sleep(0.01)
-    return time.monotonic() - start
 
 
 def health(update: Any) -> dict[str, str]:
@@ -66,15 +65,13 @@ def test_first_list_holds_every_gpu_healthy_with_its_numa_node(kubelet: FakeKube
     assert [d.topology.nodes[0].ID for d in first.devices] == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
-def test_injected_critical_xid_makes_the_device_unhealthy_within_a_second(
-        kubelet: FakeKubelet, make_agent: AgentFactory) -> None:
+def test_injected_critical_xid_makes_the_device_unhealthy(kubelet: FakeKubelet, make_agent: AgentFactory) -> None:
+    # How fast (the documented 1 s bound) is measured by bench/agent_latency.py, not here.
     _, backend, api = make_agent()
     ep = kubelet.endpoint("nvidia.com/gpu")
     ep.next_list()
-    start = time.monotonic()
     backend.inject_xid(H100[3], 79)
-    update = ep.wait_list(lambda u: health(u)[H100[3]] == "Unhealthy", timeout_s=1.0)
-    assert time.monotonic() - start < 1.0
+    update = ep.wait_list(lambda u: health(u)[H100[3]] == "Unhealthy")
     assert len(update.devices) == 8, "every message is the full list"
     assert [i for i, h in health(update).items() if h == "Unhealthy"] == [H100[3]]
     eventually(lambda: api.node.conditions["GpuUnhealthy"].status == "True")
@@ -85,16 +82,17 @@ def test_injected_critical_xid_makes_the_device_unhealthy_within_a_second(
 def test_recoverable_fault_comes_back_after_the_quiet_period_on_a_virtual_clock(
         kubelet: FakeKubelet, make_agent: AgentFactory) -> None:
     clock = FakeClock()
-    _, backend, api = make_agent(config="gpufleet: {health: {quietPeriodS: 600}}", clock=clock)
+    agent, backend, api = make_agent(config="gpufleet: {health: {quietPeriodS: 600}}", clock=clock)
     ep = kubelet.endpoint("nvidia.com/gpu")
     ep.next_list()
     backend.inject_xid(H100[0], 94)  # contained ECC error: recoverable
     ep.wait_list(lambda u: health(u)[H100[0]] == "Unhealthy")
     clock.advance(599)
-    time.sleep(0.2)  # several health polls: still inside the quiet period
+    clock.wait_reads(3)  # three health polls read the advanced clock: still inside the quiet period
+    assert H100[0] in agent.board.faults()
     assert ep.lists.empty()
     clock.advance(1)
-    ep.wait_list(lambda u: set(health(u).values()) == {"Healthy"}, timeout_s=1.0)
+    ep.wait_list(lambda u: set(health(u).values()) == {"Healthy"})
     eventually(lambda: api.node.conditions["GpuUnhealthy"].status == "False" and not api.node.taints)
 
 
@@ -111,14 +109,13 @@ def test_application_xid_is_ignored(kubelet: FakeKubelet, make_agent: AgentFacto
 
 # --- kubelet restart ----------------------------------------------------------------------------
 
-def test_plugin_registers_again_within_two_seconds_after_a_kubelet_restart(
-        kubelet: FakeKubelet, make_agent: AgentFactory) -> None:
+def test_plugin_registers_again_after_a_kubelet_restart(kubelet: FakeKubelet, make_agent: AgentFactory) -> None:
+    # How fast (the documented 2 s bound) is measured by bench/agent_latency.py, not here.
     make_agent()
     kubelet.endpoint("nvidia.com/gpu").next_list()
     restarted = time.monotonic()
     kubelet.restart()
-    ep = kubelet.endpoint("nvidia.com/gpu", timeout_s=2.0, after=restarted)
-    assert ep.registered_at - restarted < 2.0
+    ep = kubelet.endpoint("nvidia.com/gpu", after=restarted)
     assert len(ep.next_list().devices) == 8
     assert len(kubelet.registrations) == 2
 
@@ -128,7 +125,7 @@ def test_plugin_waits_for_a_kubelet_that_starts_later(sock_dir: Path, make_agent
     late = FakeKubelet(sock_dir)
     late.start()
     try:
-        assert late.endpoint("nvidia.com/gpu", timeout_s=2.0).next_list().devices
+        assert late.endpoint("nvidia.com/gpu").next_list().devices
     finally:
         late.stop()
 
@@ -348,20 +345,22 @@ def test_a_hanging_api_server_does_not_delay_registration_after_a_kubelet_restar
 
     agent, backend, api = make_agent()
     kubelet.endpoint("nvidia.com/gpu").next_list()
-    release = threading.Event()
+    hanging, release, answered = threading.Event(), threading.Event(), threading.Event()
     original = api.patch_node
 
     def hanging_patch(patch):  # type: ignore[no-untyped-def]
-        release.wait(10.0)  # an API server that does not answer
+        hanging.set()
+        release.wait(3 * WAIT_S)  # an API server that does not answer (for longer than the test waits)
+        answered.set()
         return original(patch)
 
     api.patch_node = hanging_patch  # type: ignore[method-assign]
     try:
         backend.inject_xid(H100[0], 79)  # a health change makes the writer call the API
-        time.sleep(0.3)                  # ... and hang there
+        assert hanging.wait(WAIT_S), "the writer never called the API"
         restarted = time.monotonic()
         kubelet.restart()
-        ep = kubelet.endpoint("nvidia.com/gpu", timeout_s=2.0, after=restarted)
-        assert ep.registered_at - restarted < 2.0
+        kubelet.endpoint("nvidia.com/gpu", after=restarted)
+        assert not answered.is_set(), "registered only once the API server answered"
     finally:
         release.set()

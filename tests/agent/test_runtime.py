@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -12,10 +13,11 @@ import pytest
 from gpufleet.agent import configsource, fake
 from gpufleet.agent.backend import BackendUnavailableError, GpuBackend
 from gpufleet.agent.config import ConfigError
-from gpufleet.agent.kube import FakeNodeApi
+from gpufleet.agent.kube import FakeNodeApi, KubeAccessError, NodePatch
 from gpufleet.agent.runtime import Agent, AgentOptions
 
 from .conftest import AgentFactory
+from .kubelet import WAIT_S
 
 
 def _no_driver() -> GpuBackend:
@@ -66,12 +68,24 @@ def test_a_taken_metrics_port_fails_startup_before_serving(tmp_path: Path, sock_
 
 def test_node_writes_are_retried_after_the_api_comes_back(make_agent: AgentFactory) -> None:
     agent, backend, api = make_agent()
+    failed = threading.Event()
+    original = api.patch_node
+
+    def patch_node(patch: NodePatch) -> None:
+        try:
+            original(patch)
+        except KubeAccessError:
+            if any(c.type == "GpuUnhealthy" and c.status == "True" for c in patch.conditions):
+                failed.set()  # the write of the fault itself failed: it must be retried
+            raise
+
+    api.patch_node = patch_node  # type: ignore[method-assign]
     api.fail = True
     backend.inject_xid("GPU-1d7a2c39-5c5e-4a0b-8f6e-2b1f0c3a9d01", 79)
-    time.sleep(0.4)  # the supervisor tries and fails at least once
+    assert failed.wait(WAIT_S), "the writer never tried to write the fault to the unreachable API"
     api.fail = False
-    deadline = time.monotonic() + 2.0
-    while api.node.conditions["GpuUnhealthy"].status != "True":
+    deadline = time.monotonic() + WAIT_S
+    while (condition := api.node.conditions.get("GpuUnhealthy")) is None or condition.status != "True":
         assert time.monotonic() < deadline, "the node was not written after the API came back"
         time.sleep(0.02)
 
