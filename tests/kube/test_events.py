@@ -14,18 +14,23 @@ from gpufleet.kube.events import EventRecorder
 from gpufleet.kube.retry import Retrier, RetryPolicy
 
 POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}}
+WAIT_S = 30.0
+"""How long a test waits for the recorder's threads: generous, it only bounds a failing test."""
 
 
 class ClosingRest:
-    """A client whose `post` waits for `release` and fails like httpx once `closed` is set."""
+    """A client whose `post` waits for `release` and fails like httpx once `closed` is set;
+    `entered` counts the posts that started."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
+        self.entered = threading.Semaphore(0)
         self.closed = False
         self.posts = 0
 
     def post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.release.wait(5)
+        self.entered.release()
+        self.release.wait(WAIT_S)
         if self.closed:
             raise RuntimeError("Cannot send a request, as the client has been closed.")
         self.posts += 1
@@ -55,12 +60,14 @@ def test_close_drops_what_it_cannot_send_and_a_send_that_outlives_it_ends_quietl
     events = recorder(rest)
     for i in range(20):
         assert events.record(POD, reason="Scheduled", note=f"n{i}")
+    for _ in range(2):
+        assert rest.entered.acquire(timeout=WAIT_S), "a worker never started sending"
     events.close(timeout_s=0.05)  # both workers are stuck in a send: 18 queued events are dropped
     assert events.dropped == 18
     rest.closed = True  # the caller closes its client, as the scheduler does right after
     rest.release.set()
     for t in events._threads:
-        t.join(2)
+        t.join(WAIT_S)
         assert not t.is_alive()
     assert thread_errors == []
     assert (events.sent, events.dropped) == (0, 20)
@@ -72,7 +79,7 @@ def test_close_sends_what_is_queued_when_there_is_time() -> None:
     events = recorder(rest)
     for i in range(20):
         events.record(POD, reason="Scheduled", note=f"n{i}")
-    events.close(timeout_s=2.0)
+    events.close(timeout_s=WAIT_S)  # returns as soon as the queue is empty
     assert (events.sent, events.dropped, rest.posts) == (20, 0, 20)
     assert not any(t.is_alive() for t in events._threads)
 
@@ -83,7 +90,7 @@ def test_a_closed_client_before_close_is_still_a_bug(thread_errors: list[BaseExc
     rest.release.set()
     events = recorder(rest)
     events.record(POD, reason="Scheduled", note="n")
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + WAIT_S
     while not thread_errors and time.monotonic() < deadline:
         time.sleep(0.01)
     assert [type(e) for e in thread_errors] == [RuntimeError]
