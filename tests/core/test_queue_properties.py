@@ -9,13 +9,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpufleet.core.cycle import schedule
-from gpufleet.core.queued import QueueContext
-from gpufleet.core.quota import placement_gpu_milli
+from gpufleet.core.fairshare import fair_shares
+from gpufleet.core.queued import QueueContext, add_demand
+from gpufleet.core.quota import GPU_DIM, QueueBook, placement_gpu_milli
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.profile import ProfileSettings, build_profile
 from gpufleet.framework.queueing import QueueingConfig
-from gpufleet.model import ClusterSnapshot, Placement, PodGroup, PodSpec, PodUid, Queue, QueueTree
+from gpufleet.model import Cluster, ClusterSnapshot, Placement, PodGroup, PodSpec, PodUid, Queue, QueueTree
 from gpufleet.testing import make_node, make_pod
+
+from queue_scenarios import NOW, Scenario, admitted, scenarios
+from queue_scenarios import cycle as scenario_cycle
 
 G = 1000
 QUEUES = ("a", "b", "c")
@@ -156,3 +160,120 @@ def test_no_pod_is_preempted_more_often_per_hour_than_the_cap(n: int, history: l
     result = cycle(snap, urgent, cfg, [], QueueContext(evicted_at=evicted_at))
     for e in result.evictions:
         assert len(evicted_at[PodUid(e.pod)]) + 1 <= cap
+
+
+# -- the hard cases: nested trees, per-model limits, elastic gangs (issue 25) ----------------
+
+ALL_CONFIGS = st.sampled_from([
+    QueueingConfig(order="fair"), QueueingConfig(order="priority"), QueueingConfig(order="las"),
+    QueueingConfig(order="fair", reclaim=True), QueueingConfig(order="fair", reclaim=True, preemption=True),
+    QueueingConfig(order="priority", preemption=True), QueueingConfig(order="priority", reclaim=True, preemption=True)])
+WIDE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def held_by_queue(tree: QueueTree, cluster: Cluster, placements: Sequence[Placement]) -> dict[str, dict[str, int]]:
+    """GPU-milli per queue (counting its subtree) and dimension: `gpu` and `gpu/<model>`."""
+    held: dict[str, dict[str, int]] = {q: {} for q in tree.queues}
+    for p in placements:
+        milli = placement_gpu_milli(p, cluster)
+        model = cluster.models[int(cluster.model_id[cluster.index[p.node]])]
+        for q in tree.path(tree.leaf_of(p.queue)):
+            for dim in ("gpu", f"gpu/{model}"):
+                held[q][dim] = held[q].get(dim, 0) + milli
+    return held
+
+
+@WIDE
+@given(scenarios(), ALL_CONFIGS)
+def test_no_queue_or_ancestor_ever_holds_more_than_its_limit_per_resource_and_gpu_model(
+        s: Scenario, cfg: QueueingConfig) -> None:
+    snap = admitted(s)
+    tree = s.tree
+    result = scenario_cycle(snap, s.later, cfg, tree)
+    held = held_by_queue(tree, snap.cluster, after(snap, result))
+    for name, queue in tree.queues.items():
+        for dim, limit in queue.limit.items():
+            assert held[name].get(dim, 0) <= limit, (name, dim, held[name], limit)
+
+
+@WIDE
+@given(scenarios(), ALL_CONFIGS)
+def test_every_gang_runs_between_min_member_and_max_member(s: Scenario, cfg: QueueingConfig) -> None:
+    snap = admitted(s)
+    result = scenario_cycle(snap, s.later, cfg, s.tree)
+    members: dict[str, int] = {}
+    for p in after(snap, result):
+        if p.pod_group is not None:
+            members[p.pod_group] = members.get(p.pod_group, 0) + 1
+    for g in s.groups:
+        count = members.get(f"{g.namespace}/{g.name}", 0)
+        assert count == 0 or count >= g.min_member, (g, count)
+        assert g.max_member is None or count <= g.max_member, (g, count)
+
+
+@WIDE
+@given(scenarios(), ALL_CONFIGS)
+def test_every_pending_pod_is_bound_nominated_or_told_why_exactly_once(s: Scenario, cfg: QueueingConfig) -> None:
+    snap = admitted(s)
+    result = scenario_cycle(snap, s.later, cfg, s.tree)
+    outcomes = [b.pod for b in result.binds] + [n.pod for n in result.nominated] + list(result.unschedulable)
+    assert sorted(outcomes) == sorted(p.uid for p in s.later)
+
+
+@WIDE
+@given(scenarios(), ALL_CONFIGS)
+def test_a_priority_victim_is_of_its_preemptors_queue_with_strictly_lower_priority_and_others_are_reclaimed(
+        s: Scenario, cfg: QueueingConfig) -> None:
+    snap = admitted(s)
+    tree = s.tree
+    result = scenario_cycle(snap, s.later, cfg, tree)
+    pending = {p.uid: p for p in s.later}
+    for e in result.evictions:
+        victim = snap.placements[e.pod]
+        assert e.preemptor is not None
+        preemptor = pending[e.preemptor]
+        if tree.leaf_of(victim.queue) == tree.leaf_of(preemptor.queue):
+            assert cfg.preemption and victim.priority < preemptor.priority, (e, victim.priority, preemptor.priority)
+        else:
+            assert cfg.reclaim, e
+
+
+@WIDE
+@given(scenarios(), st.sampled_from([QueueingConfig(order="fair", reclaim=True),
+                                     QueueingConfig(order="fair", reclaim=True, preemption=True)]))
+def test_a_reclaiming_queue_never_ends_above_its_fair_share(s: Scenario, cfg: QueueingConfig) -> None:
+    snap = admitted(s)
+    tree = s.tree
+    result = scenario_cycle(snap, s.later, cfg, tree)
+    book = QueueBook(tree, snap.cluster)
+    book.load(snap.placements.values())
+    want = book.alloc.copy()
+    add_demand(book, want, s.later)
+    fair = fair_shares(book, want)
+    pending = {p.uid: p for p in s.later}
+    reclaimers = {tree.leaf_of(pending[e.preemptor].queue) for e in result.evictions
+                  if e.preemptor is not None
+                  and tree.leaf_of(snap.placements[e.pod].queue) != tree.leaf_of(pending[e.preemptor].queue)}
+    held = held_by_queue(tree, snap.cluster, after(snap, result))
+    for q in reclaimers:
+        assert held[q].get("gpu", 0) <= fair[book.index[q], GPU_DIM] + 1e-6, (q, held[q], fair[book.index[q]])
+
+
+@WIDE
+@given(scenarios(gangs=False), st.sampled_from([QueueingConfig(order="fair"), QueueingConfig(order="priority"),
+                                                QueueingConfig(order="las")]))
+def test_a_pod_of_an_unlimited_queue_waits_only_if_it_does_not_fit_what_is_left(
+        s: Scenario, cfg: QueueingConfig) -> None:
+    """Failures are reused only between pods under the same queue mask: a per-model limit of
+    one queue must not make an identical pod of an unlimited queue fail."""
+    snap = admitted(s)
+    tree = s.tree
+    result = scenario_cycle(snap, s.later, cfg, tree)
+    final = snap.apply(result.binds)
+    plain = build_profile(ProfileSettings())
+    for uid in result.unschedulable:
+        pod = next(p for p in s.later if p.uid == uid)
+        if any(tree.queues[q].limit for q in tree.path(tree.leaf_of(pod.queue))):
+            continue
+        probe = schedule(final, [pod], plain, now=NOW, rng=random.Random(0))
+        assert not probe.binds, (uid, result.unschedulable[uid], probe.binds)

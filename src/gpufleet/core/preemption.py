@@ -118,9 +118,12 @@ class _Preemptor:
         return dims if bool((self.book.alloc[q, dims] + ask[dims] <= self.fair[q, dims] + _EPS).all()) else None
 
     def _units(self, found: list[Placement]) -> list[VictimUnit]:
+        """Victim units: single pods; a gang's extra members (beyond minMember) one by one, as
+        many as it has extras; the rest of a gang together, when all of it may be evicted."""
         units: list[VictimUnit] = []
         seen: set[PodUid] = set()
         allowed = {p.pod for p in found}
+        extras: dict[str, int] = {}
         for p in found:
             if p.pod in self.evicted or p.pod in seen:
                 continue
@@ -128,15 +131,34 @@ class _Preemptor:
                 units.append((p,))
                 seen.add(p.pod)
                 continue
-            members = [m for m in self.groups.get(p.pod_group, ()) if m.pod not in self.evicted]
+            members = self._running(p.pod_group)
             group = self.cycle.snapshot.pod_groups.get(p.pod_group)
-            if group is not None and len(members) - 1 >= group.min_member:
+            left = extras.setdefault(p.pod_group, len(members) - group.min_member if group is not None else 0)
+            if left > 0:
+                extras[p.pod_group] = left - 1
                 units.append((p,))  # an extra member of an elastic gang
                 seen.add(p.pod)
             elif p.pod_group not in self.protected_groups and all(m.pod in allowed for m in members):
-                units.append(tuple(members))
+                units.append(tuple(m for m in members if m.pod not in seen))
                 seen.update(m.pod for m in members)
         return units
+
+    def _running(self, group: str) -> list[Placement]:
+        return [m for m in self.groups.get(group, ()) if m.pod not in self.evicted]
+
+    def _whole(self, victims: list[VictimUnit]) -> list[VictimUnit]:
+        """`victims`, plus the members a gang would keep if they are fewer than its minMember
+        (its extras, when the rest of it is a victim): no gang is left running partly."""
+        chosen = {p.pod for unit in victims for p in unit}
+        out = list(victims)
+        for name in sorted({p.pod_group for unit in victims for p in unit if p.pod_group is not None}):
+            members = self._running(name)
+            group = self.cycle.snapshot.pod_groups.get(name)
+            kept = tuple(m for m in members if m.pod not in chosen)
+            if kept and len(kept) < (group.min_member if group is not None else len(members)):
+                out.append(kept)
+                chosen.update(m.pod for m in kept)
+        return out
 
     # -- where, and whom ---------------------------------------------------------------------
     def choose(self, pod: PodSpec, q: int, units: list[VictimUnit]) -> tuple[int, list[VictimUnit]] | None:
@@ -160,6 +182,7 @@ class _Preemptor:
             victims = self._reprieve(pod, q, node, here)
             if victims is None:
                 continue
+            victims = self._whole(victims)
             pods = [p for u in victims for p in u]
             lost = sum(len(p.gpus) * p.milli * (now - p.started_s) for p in pods)
             cost = (max(self._rank(p, q) for p in pods), lost, len(pods), -max(p.started_s for p in pods), node)
@@ -251,11 +274,14 @@ def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
         return
     journal = _Journal([], [])
     placed: list[Placement] = []
+    reclaimed = False
     for i, pod in enumerate(unit):
         if len(placed) + (len(unit) - i) < need:
             break
         if book.over_limit(q, book.pod_vector(pod)) is not None:
             continue  # an extra member of an elastic gang its queue's limits leave no room for
+        if reclaimed and pre.reclaim_dims(q, book.pod_vector(pod)) is None:
+            continue  # what was reclaimed goes no further than the queue's fair share
         cycle.mask, cycle.mask_key = node_mask(cycle, book, q, pod, pre.held)
         fitted = cycle.place(pod)
         if not isinstance(fitted, Placement):
@@ -266,6 +292,7 @@ def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
             node, victims = choice
             for victim in victims:
                 pre.evict(victim, pre.why(pod, q, victim[0]), journal)
+                reclaimed = reclaimed or book.queue_of(victim[0].queue) != q
             fitted = cycle._placement(pod, node)
             cycle._commit(pod, fitted, node)
         journal.placed.append((pod, fitted))
