@@ -166,6 +166,16 @@ def test_every_gang_member_counts_against_a_per_model_limit_as_it_is_placed(cfg:
     assert sorted(b.node for b in result.binds) == ["n0", "z", "z", "z"]
 
 
+def test_a_member_the_per_model_limit_keeps_off_a_model_says_so() -> None:
+    snap = ClusterSnapshot.build(nodes(1, gpus=4, model="T4") + [
+        make_node("z").cpu(64_000).mem_gib(512).gpus(4, model="A100-80GB").build()], pod_groups=[PodGroup("g", 5)])
+    gang = [make_pod(f"m{i}").gpus(1).queue("a").gang("g").build() for i in range(6)]
+    result = run(snap, gang, FAIR, [Queue("a", limit={"gpu/T4": 1 * G})])
+    assert sorted(b.node for b in result.binds) == ["n0", "z", "z", "z", "z"]
+    assert result.unschedulable[gang[5].uid].reasons[-1] == (
+        "queue a: limit of 1 T4 GPU reached (1 T4 GPU in use), its nodes left out")
+
+
 def test_a_gang_the_per_model_limit_cannot_fit_elsewhere_waits_whole() -> None:
     snap = ClusterSnapshot.build(nodes(1, gpus=4, model="T4"), pod_groups=[PodGroup("g", 2)])
     gang = [make_pod(f"m{i}").gpus(1).queue("a").gang("g").build() for i in range(2)]

@@ -61,6 +61,9 @@ class Admission(Protocol):
     def removed(self, placement: Placement) -> None:
         """A tentative `placement` was rolled back."""
 
+    def explain(self, pod: PodSpec, status: Status) -> Status:
+        """`status` (why `pod` found no node) with the admission's own part in it added."""
+
 
 class _Cycle:
     def __init__(self, snapshot: ClusterSnapshot, profile: Profile, now: float, rng: random.Random,
@@ -248,8 +251,11 @@ class _Cycle:
         if denied is not None:
             return denied
         result = self.place(pod)
-        if admission is not None and isinstance(result, Placement):
-            admission.placed(result)
+        if admission is not None:
+            if isinstance(result, Placement):
+                admission.placed(result)
+            else:
+                result = admission.explain(pod, result)
         return result
 
     def run_single(self, pod: PodSpec, admission: Admission | None = None) -> list[Placement]:

@@ -179,6 +179,12 @@ class QueueAdmission:
     def removed(self, placement: Placement) -> None:
         self.book.add(self.q, self.book.placement_vector(placement), sign=-1)
 
+    def explain(self, pod: PodSpec, status: Status) -> Status:
+        if not self.book.model_limited[self.q] or pod.gpu.kind is GpuKind.NONE:
+            return status
+        reached = self.book.model_limits_reached(self.q, pod_gpu_milli(pod))
+        return Status(status.code, status.reasons + tuple(reached), status.plugin) if reached else status
+
 
 def node_mask(cycle: _Cycle, book: QueueBook, q: int, pod: PodSpec, held: np.ndarray
                ) -> tuple[np.ndarray | None, object]:

@@ -156,6 +156,19 @@ class QueueBook:
             ok &= self.alloc[a, len(BASE):] + gpu_milli <= self.limit[a, len(BASE):]
         return ok
 
+    def model_limits_reached(self, q: int, gpu_milli: int) -> list[str]:
+        """Per GPU model `gpu_milli` more of would break a limit of q or an ancestor: why, naming the queue."""
+        out: list[str] = []
+        base = len(BASE)
+        for m in range(len(self.dims) - base):
+            for a in self.up[q]:
+                if self.alloc[a, base + m] + gpu_milli > self.limit[a, base + m]:
+                    k = base + m
+                    out.append(f"queue {self.names[a]}: limit of {_amount(self.dims[k], self.limit[a, k])} reached "
+                               f"({_amount(self.dims[k], self.alloc[a, k])} in use), its nodes left out")
+                    break
+        return out
+
     def below_guarantee(self, q: int) -> bool:
         return self.below[q]
 
