@@ -13,8 +13,11 @@ share and the victim's queue started above its own, so the victim's queue can ne
 back from it; priority preemption cannot loop because victims have lower priority.
 
 Gangs: a victim that belongs to a gang takes its whole gang with it, unless the gang runs
-more than minMember pods (an elastic gang), in which case that member alone is an extra and
-extras are always the first victims.
+more than minMember pods (an elastic gang): then up to as many of its members as it runs
+beyond minMember are extras, victims on their own and always the first; victims that would
+leave a gang below minMember take the rest of it too. A gang of preemptors stops at its
+maxMember, each member is checked against its queue's limits, and once a unit has reclaimed,
+each further member must keep its queue within its fair share.
 
 Per pending pod, as kube-scheduler does: remove every candidate, keep the nodes where the pod
 then fits, and on each (at most eight, fewest candidates first) give back candidates most

@@ -10,8 +10,11 @@
      shares are updated after every placement, so queues interleave;
    - las: least attained service first (Tiresias' discretised levels), then age.
    The oldest unit that has waited longer than `starvationBoundSeconds` goes before all others.
-3. Limits: a unit that would take its queue (or an ancestor) past a limit stays pending
-   with a message naming the queue and the limit; per-model limits mask nodes of that model.
+3. Limits: a unit whose minimum (a gang's minMember) would take its queue (or an ancestor)
+   past a limit stays pending with a message naming the queue and the limit; then each pod is
+   checked as it is placed, counting the unit's members placed before it (`QueueAdmission`),
+   so an elastic gang's extra members stop at the limit; per-model limits mask the nodes of
+   a model the next pod would take past its limit.
 4. Starvation: the head of the line — the oldest unit that has waited longer than the
    bound — is placed first; if it does not fit, the nodes with the most free GPUs that could
    host it are held for it and nothing else starts on them in this cycle. Freed capacity
