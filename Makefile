@@ -11,7 +11,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $@
 
-.PHONY: install kube report test typecheck bench
+.PHONY: install kube report test typecheck bench mutate
 install: $(BIN)/.installed
 
 report: $(BIN)/.installed
@@ -29,3 +29,17 @@ typecheck: $(BIN)/.installed
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/throughput.py
+
+# Mutation testing (docs/testing.md): slow, so neither `make test` nor CI runs it. MUTATE narrows a
+# run to files (src/gpufleet/core/fairshare.py), folders (src/gpufleet/core/) or mutant-name globs
+# (gpufleet.core.fairshare.x_fair_shares*); named mutants are always run again, a plain
+# `make mutate` resumes and keeps what mutants/ already knows. MUTATE_JOBS workers (default 1:
+# the shared 2-core machine).
+MUTATE ?=
+MUTATE_JOBS ?= 1
+MUTANT_GLOBS = $(foreach m,$(MUTATE),$(if $(filter src/%,$(m)),$(subst /,.,$(patsubst src/%,%,$(patsubst %.py,%,$(patsubst %/,%,$(m))))).*,$(m)))
+
+mutate: $(BIN)/.installed
+	rm -rf mutants/tests  # mutmut copies tests/ over this copy each run, and a deleted test would stay
+	$(BIN)/mutmut run --max-children $(MUTATE_JOBS) $(foreach g,$(MUTANT_GLOBS),'$(g)')
+	$(BIN)/python hack/mutation_report.py --out reports/mutation.md $(foreach g,$(MUTANT_GLOBS),'$(g)')
