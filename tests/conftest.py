@@ -11,6 +11,7 @@ queue property took over five minutes.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 settings.register_profile(
@@ -23,3 +24,21 @@ settings.register_profile(
     print_blob=False,
     phases=[Phase.explicit, Phase.generate, Phase.target],
 )
+
+MUTATION_MAX_EXAMPLES = 30
+"""Under the mutation profile a property test draws at most this many examples, whatever its own
+`max_examples`: a surviving mutant runs every test that reaches its function, and the queue
+properties' 150 examples each made one survivor cost minutes. Fewer examples can only let more
+mutants survive, so the score this gives is a lower bound for the suite CI runs."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--hypothesis-profile", default=None) != "mutation":
+        return
+    for item in items:
+        test = getattr(item, "obj", None)
+        # where @settings(...) leaves them for @given (hypothesis 6.170, pinned in constraints.txt)
+        own = getattr(test, "_hypothesis_internal_use_settings", None)
+        if isinstance(own, settings) and own.max_examples > MUTATION_MAX_EXAMPLES:
+            test._hypothesis_internal_use_settings = settings(  # type: ignore[union-attr]
+                own, max_examples=MUTATION_MAX_EXAMPLES)
