@@ -128,3 +128,48 @@ def test_recent_faults_scores_a_clean_cluster_all_alike() -> None:
     fresh = CycleState(random.Random(0), 100.0)
     assert plugin.score(fresh, pod, faulted, np.array([1, 0])).tolist() == [0.0, 1.0]
     assert not plugin.uniform(fresh, pod, faulted)
+
+
+def test_fault_errors_name_the_fault_and_the_problem(snap: ClusterSnapshot) -> None:
+    with pytest.raises(ModelError) as unknown:
+        victims(snap, NodeFault(NodeName("zz"), "x"))
+    assert str(unknown.value) == "fault on node 'zz': no such node in the snapshot"
+    with pytest.raises(ModelError) as device:
+        restore(snap, DeviceFault(NodeName("a"), 9, "x"))
+    assert str(device.value) == "fault on node a: GPU index 9 does not exist (4 GPUs)"
+
+
+@pytest.mark.parametrize("gpu", [-1, 4])
+def test_a_device_fault_just_outside_the_nodes_gpus_is_an_error(snap: ClusterSnapshot, gpu: int) -> None:
+    fault = DeviceFault(NodeName("a"), gpu, "x")
+    for call in (lambda: victims(snap, fault), lambda: quarantine(snap, fault, now=0.0),
+                 lambda: restore(snap, fault)):
+        with pytest.raises(ModelError, match=f"GPU index {gpu} does not exist"):
+            call()
+
+
+def test_a_device_fault_finds_the_pods_on_the_slices_of_each_mig_gpu() -> None:
+    """Slices are numbered across the cluster: a node's slices are found from where its own start."""
+    nodes = [make_node("m").gpus(2).mig(0, "3g.40gb", "3g.40gb").mig(1, "3g.40gb", "3g.40gb").build(),
+             make_node("k").gpus(2).mig(0, "3g.40gb", "3g.40gb").mig(1, "3g.40gb", "3g.40gb").build()]
+    running = [_hold(f"{node}{s}", node, slices=(s,)) for node in ("m", "k") for s in range(4)]
+    snap = ClusterSnapshot.build(nodes, running)
+    for node in ("m", "k"):
+        assert _uids(victims(snap, DeviceFault(NodeName(node), 0, "XID 94"))) == [f"{node}0", f"{node}1"]
+        assert _uids(victims(snap, DeviceFault(NodeName(node), 1, "XID 94"))) == [f"{node}2", f"{node}3"]
+
+
+def test_quarantine_and_restore_touch_only_the_faulted_device_and_keep_pods_and_gangs(snap: ClusterSnapshot) -> None:
+    a = snap.cluster.index[NodeName("a")]
+    first, second = DeviceFault(NodeName("a"), 3, "XID 79"), DeviceFault(NodeName("a"), 2, "XID 79")
+    down = quarantine(quarantine(snap, first, now=10.0), second, now=20.0)
+    assert down.usage.gpu_healthy[a].tolist() == [True, True, False, False]
+    back = restore(down, first)
+    assert back.usage.gpu_healthy[a].tolist() == [True, True, False, True], "GPU 2 is still faulted"
+    for out in (down, back):
+        assert out.placements == snap.placements, "pods on the failed capacity stay until evicted"
+        assert out.pod_groups == snap.pod_groups
+    node_down = quarantine(snap, NodeFault(NodeName("b"), "NotReady"), now=5.0)
+    assert node_down.placements == snap.placements and node_down.pod_groups == snap.pod_groups
+    node_up = restore(node_down, NodeFault(NodeName("b"), "repaired"))
+    assert node_up.placements == snap.placements and node_up.pod_groups == snap.pod_groups
