@@ -1,0 +1,231 @@
+"""The queue layer's promises that the mutation run found unchecked (docs/queues.md):
+held nodes for the head of the line, a rolled-back gang's members given back to the queue's
+books, the fair order on decayed usage, and the messages of limits (CPU, memory, MIG, per model)."""
+
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+import pytest
+
+from gpufleet.core.cycle import schedule
+from gpufleet.core.queued import QueueContext
+from gpufleet.core.result import CycleResult
+from gpufleet.framework.profile import ProfileSettings, build_profile
+from gpufleet.framework.queueing import QueueingConfig
+from gpufleet.framework.status import Code, Status
+from gpufleet.model import ClusterSnapshot, NodeInfo, PodGroup, PodSpec, PodUid, Queue, QueueTree
+from gpufleet.testing import make_node, make_pod
+
+G = 1000  # one GPU in GPU-milli
+NOW = 1000.0
+FAIR = QueueingConfig(order="fair")
+BOUND = QueueingConfig(order="fair", starvation_bound_seconds=10.0)  # pods created before 990 starve
+
+
+def node(name: str, gpus: int = 8, model: str = "H100-80GB") -> NodeInfo:
+    return make_node(name).cpu(64_000).mem_gib(512).gpus(gpus, model=model).label("host", name).build()
+
+
+def run(snap: ClusterSnapshot, pods: Sequence[PodSpec], cfg: QueueingConfig, queues: Sequence[Queue] = (),
+        *, usage_share: dict[str, float] | None = None) -> CycleResult:
+    profile = build_profile(ProfileSettings(queueing=cfg))
+    ctx = QueueContext(QueueTree.build(queues), usage_share=usage_share or {})
+    return schedule(snap, pods, profile, now=NOW, rng=random.Random(0), queues=ctx)
+
+
+def running(snap: ClusterSnapshot, pods: Sequence[PodSpec]) -> ClusterSnapshot:
+    """`snap` with `pods` placed (each pins its node with a `host` selector; all must fit)."""
+    result = schedule(snap, pods, build_profile(ProfileSettings()), now=0.0, rng=random.Random(0))
+    assert not result.unschedulable, result.unschedulable
+    return snap.apply(result.binds)
+
+
+def fillers(gpus_used: dict[str, int], queue: str = "other") -> list[PodSpec]:
+    """One whole-GPU pod per used GPU, pinned to its node."""
+    return [make_pod(f"fill-{n}-{i}").gpus(1).queue(queue).selector("host", n).build()
+            for n, used in gpus_used.items() for i in range(used)]
+
+
+def held_note(held: Sequence[str], shown: str) -> str:
+    return f"waiting longer than the starvation bound: {len(held)} node(s) held for it until it fits ({shown})"
+
+
+def gang(name: str, n: int, queue: str = "a", *, gpus: int = 1, milli: int = 0, created: float = 0.0
+         ) -> list[PodSpec]:
+    def member(i: int) -> PodSpec:
+        b = make_pod(f"{name}{i}").queue(queue).gang(name).created(created)
+        return (b.fraction(milli) if milli else b.gpus(gpus)).build()
+    return [member(i) for i in range(n)]
+
+
+# -- starvation: which nodes are held, how many, and what the pod is told -------------------------
+
+def test_the_emptiest_nodes_are_held_just_enough_for_the_starving_gangs_members() -> None:
+    """Free GPUs 2, 3, 2, 4: twelve 1-GPU members fit on the two emptiest nodes once they drain
+    (8 per node), so n3 and n1 are held; the younger pods start on n0 and n2 only."""
+    snap = running(ClusterSnapshot.build([node(f"n{i}") for i in range(4)], pod_groups=[PodGroup("g", 12)]),
+                   fillers({"n0": 6, "n1": 5, "n2": 6, "n3": 4}))
+    starving = gang("g", 12)
+    young = [make_pod(f"y{i}").gpus(1).queue("b").created(995.0).build() for i in range(3)]
+    result = run(snap, [*starving, *young], BOUND, [Queue("a"), Queue("b"), Queue("other")])
+
+    assert len(result.binds) == 3 and {b.node for b in result.binds} <= {"n0", "n2"}
+    note = held_note(["n3", "n1"], "n3, n1")
+    for member in starving:
+        status = result.unschedulable[member.uid]
+        assert status.code is Code.UNSCHEDULABLE and status.plugin == "Gang"
+        assert status.reasons[0].startswith("pod group default/g: only")
+        assert status.reasons[-1] == note
+
+
+def test_without_a_starvation_bound_no_node_is_held() -> None:
+    """The same cluster and gang without a bound: nobody is told of held nodes."""
+    snap = running(ClusterSnapshot.build([node(f"n{i}") for i in range(4)], pod_groups=[PodGroup("g", 12)]),
+                   fillers({"n0": 6, "n1": 5, "n2": 6, "n3": 4}))
+    starving = gang("g", 12)
+    result = run(snap, starving, FAIR, [Queue("a"), Queue("other")])
+    assert not any("starvation bound" in s.message for s in result.unschedulable.values())
+
+
+@pytest.mark.parametrize(("members", "shown"), [
+    (5, "n0, n1, n2, n3, n4"),
+    (6, "n0, n1, n2, n3, n4 ..."),
+], ids=["five held nodes are all named", "past five names the message ends with dots"])
+def test_the_message_names_the_first_five_held_nodes(members: int, shown: str) -> None:
+    """Members of 8 GPUs on eight 8-GPU nodes with one GPU busy each: one node per member."""
+    names = [f"n{i}" for i in range(8)]
+    snap = running(ClusterSnapshot.build([node(n) for n in names], pod_groups=[PodGroup("g", members)]),
+                   fillers({n: 1 for n in names}))
+    starving = gang("g", members, gpus=8)
+    young = [make_pod(f"y{i}").gpus(1).queue("b").created(995.0).build() for i in range(8)]
+    result = run(snap, [*starving, *young], BOUND, [Queue("a"), Queue("b"), Queue("other")])
+
+    assert result.unschedulable[starving[0].uid].reasons[-1] == held_note(names[:members], shown)
+    assert len(result.binds) == 8 and {b.node for b in result.binds} <= set(names[members:])
+
+
+def test_a_single_starving_pod_holds_its_only_node() -> None:
+    snap = running(ClusterSnapshot.build([node("n0")]), fillers({"n0": 4}))
+    old = make_pod("old").gpus(8).queue("a").created(0.0).build()
+    young = make_pod("young").gpus(1).queue("b").created(995.0).build()
+    result = run(snap, [old, young], BOUND, [Queue("a"), Queue("b"), Queue("other")])
+
+    assert not result.binds
+    assert result.unschedulable[old.uid].reasons[-1] == held_note(["n0"], "n0")
+    assert "starvation bound" not in result.unschedulable[young.uid].message
+
+
+def test_a_starving_gang_of_fractions_holds_one_node_per_member() -> None:
+    """A fraction gets no whole GPU count: each member is counted as needing a node of its own."""
+    names = [f"n{i}" for i in range(4)]
+    fill = [make_pod(f"fill-{n}-{i}").fraction(600).queue("other").selector("host", n).build()
+            for n in names for i in range(2)]
+    snap = running(ClusterSnapshot.build([node(n, gpus=2) for n in names], pod_groups=[PodGroup("g", 3)]),
+                   fill)
+    starving = gang("g", 3, milli=600)
+    result = run(snap, starving, BOUND, [Queue("a"), Queue("other")])
+
+    assert result.unschedulable[starving[0].uid].reasons[-1] == held_note(names[:3], "n0, n1, n2")
+
+
+# -- limits: a rolled-back gang gives its members back; the messages -----------------------------
+
+def test_a_gang_rolled_back_gives_its_tentative_members_back_to_the_queue_limit() -> None:
+    """Two members of a gang of three are placed tentatively, the third fits nowhere: the gang is
+    rolled back, and the queue's later pods may again use all 4 GPUs of its limit, no more."""
+    snap = ClusterSnapshot.build([node("n0")], pod_groups=[PodGroup("g", 3)])
+    members = [make_pod(f"g{i}").gpus(1).queue("a").gang("g").created(0.0).build() for i in range(2)]
+    members.append(make_pod("g2").gpus(1).queue("a").gang("g").created(0.0).selector("host", "nowhere").build())
+    later = [make_pod(f"p{i}").gpus(1).queue("a").created(10.0 + i).build() for i in range(6)]
+    result = run(snap, [*members, *later], FAIR, [Queue("a", limit={"gpu": 4 * G})])
+
+    assert sorted(b.pod for b in result.binds) == [p.uid for p in later[:4]]
+    assert all(result.unschedulable[m.uid].plugin == "Gang" for m in members)
+    assert result.unschedulable[later[4].uid] == Status(
+        Code.UNSCHEDULABLE, ("queue a: limit of 4 GPU reached (4 GPU in use, the pod asks 1 GPU)",), "QueueLimit")
+
+
+def test_a_pod_naming_an_inner_queue_is_unschedulable_by_the_queue_plugin() -> None:
+    snap = ClusterSnapshot.build([node("n0")])
+    pod = make_pod("x").gpus(1).queue("lab").build()
+    result = run(snap, [pod], FAIR, [Queue("lab"), Queue("r1", parent="lab")])
+    assert result.unschedulable[pod.uid] == Status(
+        Code.UNSCHEDULABLE, ("queue lab has child queues: pods must name a leaf queue",), "Queue")
+
+
+@pytest.mark.parametrize(("limit", "cpu", "mem", "message"), [
+    ({"cpu": 4000}, 3000, 1024, "queue a: limit of 4 CPU reached (3 CPU in use, the pod asks 3 CPU)"),
+    ({"memory": 4096}, 100, 3072,
+     "queue a: limit of 4 GiB memory reached (3 GiB memory in use, the pod asks 3 GiB memory)"),
+], ids=["a CPU limit counts in CPUs", "a memory limit counts in GiB"])
+def test_a_cpu_or_memory_limit_message_gives_amounts_in_their_units(
+        limit: dict[str, int], cpu: int, mem: int, message: str) -> None:
+    snap = ClusterSnapshot.build([node("n0")])
+    pods = [make_pod(f"p{i}").cpu(cpu).mem_mib(mem).queue("a").created(float(i)).build() for i in range(2)]
+    result = run(snap, pods, FAIR, [Queue("a", limit=limit)])
+    assert [b.pod for b in result.binds] == [pods[0].uid]
+    assert result.unschedulable[pods[1].uid].message == message
+
+
+def test_a_mig_slice_counts_as_its_compute_share_of_a_gpu_against_a_limit() -> None:
+    """A 3g.40gb slice is 3/7 of a GPU (428 GPU-milli): two fit in a limit of 1 GPU, a third does not."""
+    mig = (make_node("m").gpus(2, model="A100-80GB").mig(0, "3g.40gb", "3g.40gb")
+           .mig(1, "3g.40gb", "3g.40gb").build())
+    snap = ClusterSnapshot.build([mig])
+    pods = [make_pod(f"p{i}").mig("3g.40gb").queue("a").created(float(i)).build() for i in range(3)]
+    result = run(snap, pods, FAIR, [Queue("a", limit={"gpu": 1 * G})])
+    assert sorted(b.pod for b in result.binds) == [pods[0].uid, pods[1].uid]
+    assert result.unschedulable[pods[2].uid].message == (
+        "queue a: limit of 1 GPU reached (0.856 GPU in use, the pod asks 0.428 GPU)")
+
+
+def test_a_per_model_limit_not_reached_is_not_named_when_a_pod_fits_nowhere() -> None:
+    """Queue a holds 1 of its 2 T4 GPUs (and 2 GPUs in all): a 1-GPU pod that finds the cluster
+    full is told so, not that the T4 limit was reached (1 + 1 is within 2)."""
+    snap = running(ClusterSnapshot.build([node("t", gpus=2, model="T4"), node("y", gpus=2, model="A100-80GB")]), [
+        make_pod("a-t").gpus(1).queue("a").selector("host", "t").build(),
+        make_pod("a-y").gpus(1).queue("a").selector("host", "y").build(),
+        *fillers({"t": 1, "y": 1}, queue="b")])
+    pod = make_pod("p").gpus(1).queue("a").created(10.0).build()
+    result = run(snap, [pod], FAIR, [Queue("a", limit={"gpu/T4": 2 * G}), Queue("b")])
+    status = result.unschedulable[pod.uid]
+    assert len(status.reasons) == 1 and "limit" not in status.message
+
+
+# -- fair order on decayed usage ------------------------------------------------------------------
+
+def _first_bound(usage_share: dict[str, float] | None, queues: Sequence[Queue], pods: Sequence[PodSpec]) -> str:
+    """Which pod gets the cluster's only GPU."""
+    snap = ClusterSnapshot.build([node("n0", gpus=1)])
+    result = run(snap, pods, FAIR, queues, usage_share=usage_share)
+    (bind,) = result.binds
+    return bind.pod.split("/")[1]
+
+
+def test_the_fair_order_follows_decayed_usage_when_the_driver_gives_it() -> None:
+    """Nothing runs, so by current allocation the tie goes to queue a (by name); by decayed usage
+    queue b, which used less, goes first. A queue the tree no longer has is ignored."""
+    queues = [Queue("a"), Queue("b")]
+    pods = [make_pod("a0").gpus(1).queue("a").created(0.0).build(),
+            make_pod("b0").gpus(1).queue("b").created(100.0).build()]
+    assert _first_bound(None, queues, pods) == "a0"
+    assert _first_bound({"a": 0.5, "b": 0.1, "gone": 0.9}, queues, pods) == "b0"
+
+
+def test_decayed_usage_is_divided_by_the_queues_weight() -> None:
+    """y used nothing, x used 0.1 with weight 2 (0.05): y goes first; by name x would."""
+    queues = [Queue("x", weight=2), Queue("y")]
+    pods = [make_pod("x0").gpus(1).queue("x").created(0.0).build(),
+            make_pod("y0").gpus(1).queue("y").created(0.0).build()]
+    assert _first_bound({"x": 0.1, "y": 0.0}, queues, pods) == "y0"
+
+
+def test_an_inner_queues_decayed_usage_is_the_sum_of_its_childrens() -> None:
+    """lab's children used 0.3 each (0.6 in all), prod 0.4: prod goes first; by name lab would."""
+    queues = [Queue("lab"), Queue("r1", parent="lab"), Queue("r2", parent="lab"), Queue("prod")]
+    pods = [make_pod("r").gpus(1).queue("r1").created(0.0).build(),
+            make_pod("p").gpus(1).queue("prod").created(100.0).build()]
+    assert _first_bound(None, queues, pods) == "r"
+    assert _first_bound({"r1": 0.3, "r2": 0.3, "prod": 0.4}, queues, pods) == "p"
