@@ -7,7 +7,7 @@ from typing import Sequence
 import pytest
 from pluginkit import holding, mask, reasons, snapshot, state
 
-from gpufleet.framework.plugins.gpu_fit import MODEL_REASON, NO_GPU_REASON, GpuFit
+from gpufleet.framework.plugins.gpu_fit import MODEL_REASON, NO_GPU_REASON, GpuFit, model_mask
 from gpufleet.model import NodeInfo, Placement, PodSpec
 from gpufleet.testing import NodeBuilder, make_node, make_pod
 
@@ -41,6 +41,23 @@ CASES: list[Case] = [
     ("a fraction's exact fit leaves its device full",
      [make_node("a").gpus(2, **T4).build()],  # type: ignore[arg-type]
      [holding("r0", "a", gpus=(1,), milli=700)], make_pod("p").fraction(300).build(), [True], {0: (1,)}, {}),
+    ("a fraction asking exactly the largest free share of any device fits there",
+     [make_node("a").gpus(2, **T4).build()],  # type: ignore[arg-type]
+     [holding("r0", "a", gpus=(0,), milli=700), holding("r1", "a", gpus=(1,), milli=900)],
+     make_pod("p").fraction(300).build(), [True], {0: (0,)}, {}),
+    ("between equally tight devices a fraction takes the lowest index",
+     [make_node("a").gpus(3, **T4).build()],  # type: ignore[arg-type]
+     [holding("r0", "a", gpus=(0,), milli=500), holding("r1", "a", gpus=(1,), milli=800),
+      holding("r2", "a", gpus=(2,), milli=500)],
+     make_pod("p").fraction(300).build(), [True], {0: (0,)}, {}),
+    ("a fraction asking exactly the GPU memory a used device has left fits there",
+     [make_node("a").gpus(2, **T4).build()],  # type: ignore[arg-type]
+     [holding("r0", "a", gpus=(0,), milli=500, gpu_mem_mib=12 * GIB),
+      holding("r1", "a", gpus=(1,), milli=200, gpu_mem_mib=12 * GIB)],
+     make_pod("p").fraction(300, mem_mib=4 * GIB).build(), [True], {0: (0,)}, {}),
+    ("a fraction may ask for all of a free GPU's memory",
+     [make_node("a").gpus(1, **T4).build()], [],  # type: ignore[arg-type]
+     make_pod("p").fraction(300, mem_mib=16 * GIB).build(), [True], {0: (0,)}, {}),
     ("a fraction skips a device with enough milli but too little GPU memory",
      [make_node("a").gpus(2, **T4).build()],  # type: ignore[arg-type]
      [holding("r0", "a", gpus=(0,), milli=500, gpu_mem_mib=15 * GIB), holding("r1", "a", gpus=(1,), milli=700)],
@@ -59,6 +76,9 @@ CASES: list[Case] = [
     ("MIG needs a free slice of that profile and takes the lowest free one",
      [_mig_node().build()], [holding("r", "a", mig=(1,))], make_pod("p").mig("1g.10gb").build(), [True],
      {0: (2,)}, {}),
+    ("MIG asking for exactly the free slices of its profile fits and takes them all",
+     [_mig_node().build()], [holding("r", "a", mig=(1,))], make_pod("p").mig("1g.10gb", 2).build(), [True],
+     {0: (2, 3)}, {}),
     ("MIG asking for more slices than are free does not fit",
      [_mig_node().build()], [holding("r", "a", mig=(1,))], make_pod("p").mig("1g.10gb", 3).build(), [False], {},
      {"Insufficient MIG 1g.10gb": [True]}),
@@ -115,6 +135,44 @@ def test_gpu_fit(nodes: Sequence[NodeInfo], running: Sequence[Placement], pod: P
     assert mask(plugin, snap, pod) == expected
     assert reasons(plugin, snap, pod) == why
     assert {i: plugin.pick_devices(state(), pod, snap, i) for i in devices} == devices
+
+
+OUT_REQUESTS = [
+    ("a whole GPU", make_pod("p").gpus(1).build()),
+    ("a fraction", make_pod("p").fraction(300).build()),
+    ("a fraction with a GPU-memory request", make_pod("p").fraction(300, mem_mib=4 * GIB).build()),
+    ("a MIG slice", make_pod("p").mig("1g.10gb").build()),
+]
+
+
+@pytest.mark.parametrize("pod", [r[1] for r in OUT_REQUESTS], ids=[r[0] for r in OUT_REQUESTS])
+def test_a_node_that_is_out_gives_no_gpu_to_any_request(pod: PodSpec) -> None:
+    # a is NotReady (quarantined): its devices are healthy and free, yet none of them counts.
+    snap = snapshot([_mig_node("a").build(), _mig_node("b").build()])
+    snap.usage.set_ready(0, False)
+    assert mask(GpuFit(), snap, pod) == [False, True]
+    assert any(failing[0] for failing in reasons(GpuFit(), snap, pod).values())
+
+
+def test_pods_allowing_the_same_models_share_one_model_mask_per_cycle() -> None:
+    # The mask is worked out once per cycle for each allowed-model set (a large pending queue
+    # usually repeats a few sets), whatever the request kind, and filtering does not alter it.
+    snap = snapshot([make_node("a").gpus(1, **T4).build(),  # type: ignore[arg-type]
+                     make_node("b").gpus(1, model="A100-80GB").build(), make_node("c").build()])
+    cycle = state()
+    whole = make_pod("p").gpus(1).models("A100-80GB").build()
+    fraction = make_pod("q").fraction(300).models("A100-80GB").build()
+    either = make_pod("r").gpus(1).models("T4", "A100-80GB").build()
+    too_big = make_pod("s").gpus(2).models("A100-80GB").build()
+    first = model_mask(cycle, whole, snap)
+    assert first is not None and [bool(x) for x in first] == [False, True, False]
+    assert model_mask(cycle, fraction, snap) is first
+    filtered = GpuFit().filter(cycle, too_big, snap)
+    assert filtered is not None and not filtered.any()
+    assert [bool(x) for x in first] == [False, True, False]  # still what the next pod with that set gets
+    other = model_mask(cycle, either, snap)
+    assert other is not None and [bool(x) for x in other] == [True, True, False]
+    assert model_mask(state(), whole, snap) is not first  # the next cycle works it out afresh
 
 
 EIGHT_TWO_DOMAINS = make_node("a").gpus(8, nvlink_domains=2)
