@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from gpufleet.core.fairshare import fair_shares, water_fill
 from gpufleet.core.quota import GPU_DIM, F64, QueueBook
 from gpufleet.model import ClusterSnapshot, Queue, QueueTree
-from gpufleet.model.queue import CPU, DEFAULT_QUEUE, GPU
+from gpufleet.model.queue import CPU, DEFAULT_QUEUE, GPU, MEMORY
 from gpufleet.testing import make_node
 
 G = 1000  # one GPU in GPU-milli
@@ -231,6 +231,31 @@ def test_water_fill_gives_guarantees_then_pours_by_weight_up_to_the_caps() -> No
 def test_water_fill_with_room_to_spare_gives_every_cap() -> None:
     share = water_fill(np.array([10.0]), np.array([[1.0], [2.0]]), np.array([[0.0], [0.0]]), np.array([1.0, 3.0]))
     np.testing.assert_allclose(share[:, 0], [1.0, 2.0])
+
+
+def test_water_fill_divides_only_where_someone_still_wants_more() -> None:
+    # Dimension 0: 8 to pour, caps 3 and unlimited -> 3 and 5. Dimension 1: 5 available but
+    # nobody wants any -> 0 and 0, without dividing by its zero weight sum (no floating-point
+    # error or RuntimeWarning, every cycle, for every dimension nobody asks for).
+    with np.errstate(divide="raise", invalid="raise"):
+        share = water_fill(np.array([8.0, 5.0]), np.array([[3.0, 0.0], [np.inf, 0.0]]), np.zeros((2, 2)),
+                           np.array([1.0, 1.0]))
+    np.testing.assert_array_equal(share, [[3.0, 0.0], [5.0, 0.0]])
+
+
+def test_surplus_is_re_poured_at_cluster_scale() -> None:
+    # Memory in MiB on 128 nodes of 512 GiB: 64 TiB = 2^26 MiB, past 2^24, where a float has
+    # no digits left for a 1e-9 tolerance (cap - 1e-9 == cap), so a queue at its cap must
+    # still count as saturated. a wants 20 TiB, b wants it all, equal weights: each is offered
+    # 32 TiB, a keeps 20, and a's 12 TiB surplus goes to b: a = 20 TiB, b = 44 TiB.
+    tib = 1024 * 1024
+    snap = ClusterSnapshot.build([make_node(f"n{i:03}").mem_gib(512).build() for i in range(128)])
+    book = QueueBook(QueueTree.build([Queue("a"), Queue("b")]), snap.cluster)
+    mem = book.dims.index(MEMORY)
+    want = np.zeros((len(book.names), len(book.dims)))
+    want[book.index["a"], mem], want[book.index["b"], mem] = 20 * tib, 64 * tib
+    fair = fair_shares(book, want)
+    assert (fair[book.index["a"], mem], fair[book.index["b"], mem]) == (20 * tib, 44 * tib)
 
 
 # -- property: equal to an independent reference ---------------------------------------------
