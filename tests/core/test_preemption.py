@@ -334,7 +334,8 @@ def test_las_victims_are_jobs_on_a_higher_attained_service_level_in_any_queue() 
     # every running job has attained 1 GPU-second: level 1; the fresh one has nothing: level 0
     ctx = QueueContext(QueueTree.build([Queue("a"), Queue("b")]), attained_gpu_s={p.uid: 1.0 for p in low})
     result = run(snap, [fresh], cfg, ctx=ctx)
-    assert len(result.evictions) == 1
+    assert [e.reason for e in result.evictions] == [
+        "preempted by pod default/fresh, whose job has received less GPU time"]  # not 'reclaimed': reclaim is off
     same = QueueContext(QueueTree.build([Queue("a"), Queue("b")]),
                         attained_gpu_s={**{p.uid: 1.0 for p in low}, fresh.uid: 50.0})
     assert not run(snap, [fresh], cfg, ctx=same).evictions, "a job on the same level is no victim"

@@ -237,12 +237,15 @@ class _Preemptor:
             self.evicted.discard(p.pod)
 
     def why(self, pod: PodSpec, q: int, victim: Placement) -> str:
+        from gpufleet.core.queued import las_level
         theirs = self.book.queue_of(victim.queue)
+        if self.cfg.order == "las" and self.cfg.preemption:
+            levels, attained = self.cfg.las_thresholds_gpu_seconds, self.ctx.attained_gpu_s
+            if las_level(levels, attained.get(victim.pod, 0.0)) > las_level(levels, attained.get(pod.uid, 0.0)):
+                return f"preempted by pod {pod.key}, whose job has received less GPU time"
         if theirs != q:
             return (f"reclaimed by queue {self.book.names[q]} for pod {pod.key}: queue "
                     f"{self.book.names[theirs]} holds more than its fair share")
-        if self.cfg.order == "las":
-            return f"preempted by pod {pod.key}, whose job has received less GPU time"
         return f"preempted by pod {pod.key} (priority {pod.priority} > {victim.priority}) in queue {self.book.names[q]}"
 
 
