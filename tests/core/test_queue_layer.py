@@ -229,3 +229,39 @@ def test_an_inner_queues_decayed_usage_is_the_sum_of_its_childrens() -> None:
             make_pod("p").gpus(1).queue("prod").created(100.0).build()]
     assert _first_bound(None, queues, pods) == "r"
     assert _first_bound({"r1": 0.3, "r2": 0.3, "prod": 0.4}, queues, pods) == "p"
+
+
+def test_a_pod_a_per_model_limit_keeps_off_a_model_is_told_both_why_and_which_limit() -> None:
+    """The T4 node has room, but queue a's T4 limit is reached: the pod's reasons are the
+    cluster's (no room on the A100 node) and then the limit's; the status is the filters'."""
+    snap = running(ClusterSnapshot.build([node("t", gpus=2, model="T4"), node("y", gpus=2, model="A100-80GB")]), [
+        make_pod("a-t").gpus(1).queue("a").selector("host", "t").build(), *fillers({"y": 2}, queue="b")])
+    pod = make_pod("p").gpus(1).queue("a").created(10.0).build()
+    result = run(snap, [pod], FAIR, [Queue("a", limit={"gpu/T4": 1 * G}), Queue("b")])
+    status = result.unschedulable[pod.uid]
+    assert status.code is Code.UNSCHEDULABLE and status.plugin == ""
+    assert len(status.reasons) == 2 and status.reasons[0].startswith("0/2 nodes are available")
+    assert status.reasons[1] == "queue a: limit of 1 T4 GPU reached (1 T4 GPU in use), its nodes left out"
+
+
+def test_a_cpu_only_pod_is_not_told_of_a_gpu_model_limit() -> None:
+    """Queue a runs 2 T4 GPUs over its (since lowered) T4 limit of 1; its CPU-only pod that fits
+    nowhere is told only why it fits nowhere: GPU limits do not concern it."""
+    snap = running(ClusterSnapshot.build([node("t", gpus=2, model="T4")]),
+                   fillers({"t": 2}, queue="a"))
+    pod = make_pod("p").cpu(100_000).queue("a").created(10.0).build()
+    result = run(snap, [pod], FAIR, [Queue("a", limit={"gpu/T4": 1 * G})])
+    status = result.unschedulable[pod.uid]
+    assert len(status.reasons) == 1 and "limit" not in status.message
+
+
+def test_each_mig_slice_counts_as_its_own_profiles_share() -> None:
+    """Slices 1g.10gb, 1g.10gb, 3g.40gb on one GPU: two 1g pods hold 2 x 142 GPU-milli, whichever
+    slices they got, so a third is over a limit of 0.3 GPU with 0.284 in use."""
+    mig = make_node("m").gpus(1, model="A100-80GB").mig(0, "1g.10gb", "1g.10gb", "3g.40gb").build()
+    snap = ClusterSnapshot.build([mig])
+    pods = [make_pod(f"p{i}").mig("1g.10gb").queue("a").created(float(i)).build() for i in range(3)]
+    result = run(snap, pods, FAIR, [Queue("a", limit={"gpu": 300})])
+    assert sorted(b.pod for b in result.binds) == [pods[0].uid, pods[1].uid]
+    assert result.unschedulable[pods[2].uid].message == (
+        "queue a: limit of 0.3 GPU reached (0.284 GPU in use, the pod asks 0.142 GPU)")
