@@ -231,6 +231,19 @@ def test_an_inner_queues_decayed_usage_is_the_sum_of_its_childrens() -> None:
     assert _first_bound({"r1": 0.3, "r2": 0.3, "prod": 0.4}, queues, pods) == "p"
 
 
+def test_with_decayed_usage_queues_still_interleave_within_a_cycle() -> None:
+    """What a queue is given in this cycle adds to its decayed usage: with equal past usage two
+    queues share one 8-GPU node 4 : 4, and a past usage lower by 0.2 buys a head start of two
+    pods (each GPU is 1/8 of the cluster: a goes at 0.1 and 0.225, then they alternate), not the
+    whole node."""
+    queues = [Queue("a"), Queue("b")]
+    pods = [make_pod(f"{q}{i}").gpus(1).queue(q).created(float(i)).build() for q in "ab" for i in range(8)]
+    snap = ClusterSnapshot.build([node("n0")])
+    for usage, a_gpus in (({"a": 0.1, "b": 0.1}, 4), ({"a": 0.1, "b": 0.3}, 5)):
+        binds = run(snap, pods, FAIR, queues, usage_share=usage).binds
+        assert sum(b.queue == "a" for b in binds) == a_gpus, (usage, [b.pod for b in binds])
+
+
 def test_a_pod_a_per_model_limit_keeps_off_a_model_is_told_both_why_and_which_limit() -> None:
     """The T4 node has room, but queue a's T4 limit is reached: the pod's reasons are the
     cluster's (no room on the A100 node) and then the limit's; the status is the filters'."""

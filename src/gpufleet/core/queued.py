@@ -252,6 +252,8 @@ class _FairPicker:
             for a in book.up[q]:
                 self.pending[a] += 1
         self.decayed: list[float] | None = None
+        self.start = list(book.dominant)
+        """Dominant shares when the cycle began: what was placed since is added to the decayed usage."""
         if ctx.usage_share:
             share = [0.0] * len(book.names)
             for name, value in ctx.usage_share.items():
@@ -282,6 +284,6 @@ class _FairPicker:
 
     def _key(self, q: int) -> tuple[int, float, str]:
         book = self.book
-        share = self.decayed[q] if self.decayed is not None else book.dominant[q]
+        share = book.dominant[q] if self.decayed is None else self.decayed[q] + book.dominant[q] - self.start[q]
         return (0 if book.below_guarantee(q) else 1, share / book.weight[q], book.names[q])
 
