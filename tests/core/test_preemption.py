@@ -355,3 +355,17 @@ def test_a_las_eviction_says_the_preemptor_has_received_less_gpu_time() -> None:
     result = run(snap, [pod("fresh", created=950.0)], LAS, ctx=ctx)
     assert [e.reason for e in result.evictions] == [
         "preempted by pod default/fresh, whose job has received less GPU time"]
+
+
+def test_a_gang_that_preempts_by_las_across_queues_is_not_held_to_reclaims_fair_share() -> None:
+    """Reclaim is off: evicting queue b's long-running jobs for queue a's new gang is LAS
+    preemption, so the gang's second member may take room too (it is not reclaim, which would
+    stop at a's fair share)."""
+    low = [pod(f"p{i}", queue="b") for i in range(8)]
+    snap = start(ClusterSnapshot.build(gpu_nodes(1), pod_groups=[PodGroup("g", 2)]), low)
+    gang = [make_pod(f"g{i}").gpus(1).queue("a").gang("g").created(950.0).build() for i in range(2)]
+    ctx = QueueContext(QueueTree.build([Queue("a"), Queue("b")]), attained_gpu_s={p.uid: 5000.0 for p in low})
+    result = run(snap, gang, LAS, ctx=ctx)
+    assert sorted(p.pod for p in result.nominated) == [g.uid for g in gang]
+    assert len(result.evictions) == 2
+    assert all(e.reason.endswith("whose job has received less GPU time") for e in result.evictions)

@@ -236,16 +236,24 @@ class _Preemptor:
             self.book.add(self.book.queue_of(p.queue), self.book.placement_vector(p))
             self.evicted.discard(p.pod)
 
-    def why(self, pod: PodSpec, q: int, victim: Placement) -> str:
+    def _las_victim(self, pod: PodSpec, victim: Placement) -> bool:
+        """Whether `victim` may go for `pod` by least attained service (a higher level)."""
         from gpufleet.core.queued import las_level
-        theirs = self.book.queue_of(victim.queue)
-        if self.cfg.order == "las" and self.cfg.preemption:
-            levels, attained = self.cfg.las_thresholds_gpu_seconds, self.ctx.attained_gpu_s
-            if las_level(levels, attained.get(victim.pod, 0.0)) > las_level(levels, attained.get(pod.uid, 0.0)):
-                return f"preempted by pod {pod.key}, whose job has received less GPU time"
-        if theirs != q:
+        if self.cfg.order != "las" or not self.cfg.preemption:
+            return False
+        levels, attained = self.cfg.las_thresholds_gpu_seconds, self.ctx.attained_gpu_s
+        return las_level(levels, attained.get(victim.pod, 0.0)) > las_level(levels, attained.get(pod.uid, 0.0))
+
+    def reclaims(self, pod: PodSpec, q: int, victim: Placement) -> bool:
+        """Whether evicting `victim` for `pod` is reclaim (another queue's pod, not taken by LAS)."""
+        return self.book.queue_of(victim.queue) != q and not self._las_victim(pod, victim)
+
+    def why(self, pod: PodSpec, q: int, victim: Placement) -> str:
+        if self._las_victim(pod, victim):
+            return f"preempted by pod {pod.key}, whose job has received less GPU time"
+        if self.reclaims(pod, q, victim):
             return (f"reclaimed by queue {self.book.names[q]} for pod {pod.key}: queue "
-                    f"{self.book.names[theirs]} holds more than its fair share")
+                    f"{self.book.names[self.book.queue_of(victim.queue)]} holds more than its fair share")
         return f"preempted by pod {pod.key} (priority {pod.priority} > {victim.priority}) in queue {self.book.names[q]}"
 
 
@@ -298,7 +306,7 @@ def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
             node, victims = choice
             for victim in victims:
                 pre.evict(victim, pre.why(pod, q, victim[0]), journal)
-                reclaimed = reclaimed or book.queue_of(victim[0].queue) != q
+                reclaimed = reclaimed or pre.reclaims(pod, q, victim[0])
             fitted = cycle._placement(pod, node)
             cycle._commit(pod, fitted, node)
         journal.placed.append((pod, fitted))
