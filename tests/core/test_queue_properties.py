@@ -273,7 +273,8 @@ def test_a_pod_of_an_unlimited_queue_waits_only_if_it_does_not_fit_what_is_left(
     plain = build_profile(ProfileSettings())
     for uid in result.unschedulable:
         pod = next(p for p in s.later if p.uid == uid)
-        if any(tree.queues[q].limit for q in tree.path(tree.leaf_of(pod.queue))):
-            continue
+        path = [tree.queues[q] for q in tree.path(tree.leaf_of(pod.queue))]
+        if any(q.limit or (not q.borrow and q.guaranteed) for q in path):
+            continue  # limited (a queue that may not borrow is limited to its guarantee)
         probe = schedule(final, [pod], plain, now=NOW, rng=random.Random(0))
         assert not probe.binds, (uid, result.unschedulable[uid], probe.binds)
