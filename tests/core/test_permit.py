@@ -70,3 +70,37 @@ def test_permit_sees_how_many_members_of_the_gang_are_placed_including_tentative
                       now=0.0, rng=random.Random(0))
     assert len(result.binds) == 4
     assert counter.seen == [1, 2, 3, 0]
+
+
+class GpuBudget:
+    """Permits a pod only while the cluster's whole GPUs in use, this pod's included, stay within
+    `gpus`, until time `lifted_s`; reads the cycle's clock and the tentative usage."""
+
+    name = "GpuBudget"
+
+    def __init__(self, gpus: int, lifted_s: float) -> None:
+        self.gpus, self.lifted_s = gpus, lifted_s
+
+    def permit(self, state: CycleState, pod: PodSpec, placed_in_group: int, view: View) -> Status:
+        if state.now >= self.lifted_s:
+            return OK
+        in_use = int(view.cluster.gpu_count.sum() - view.usage.free_whole.sum())
+        return unschedulable(self.name, f"{in_use} GPUs over budget") if in_use > self.gpus else OK
+
+    def score(self, state: CycleState, pod: PodSpec, view: View, nodes):  # type: ignore[no-untyped-def]
+        import numpy as np
+        return np.zeros(len(nodes))
+
+
+def test_permit_reads_the_cycles_clock_and_the_usage_with_the_pod_tentatively_placed() -> None:
+    budget = GpuBudget(gpus=2, lifted_s=100.0)
+    registry = dict(default_registry())
+    registry["GpuBudget"] = Entry(lambda _args, _ctx: budget)
+    profile = build_profile(ProfileSettings(scores=(ScoreRef("GpuBudget"),)), registry=registry)
+    snap = ClusterSnapshot.build([make_node("n1").gpus(4).build()])
+    pods = [make_pod(f"p{i}").gpus(1).created(float(i)).build() for i in range(3)]
+    early = schedule(snap, pods, profile, now=0.0, rng=random.Random(0))
+    assert [b.pod for b in early.binds] == [pods[0].uid, pods[1].uid]
+    assert early.unschedulable[pods[2].uid].reasons == ("3 GPUs over budget",)
+    late = schedule(snap, pods, profile, now=100.0, rng=random.Random(0))
+    assert len(late.binds) == 3 and not late.unschedulable
