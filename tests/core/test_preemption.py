@@ -369,3 +369,48 @@ def test_a_gang_that_preempts_by_las_across_queues_is_not_held_to_reclaims_fair_
     assert sorted(p.pod for p in result.nominated) == [g.uid for g in gang]
     assert len(result.evictions) == 2
     assert all(e.reason.endswith("whose job has received less GPU time") for e in result.evictions)
+
+
+# -- undoing, giving back, and ranking across queues ------------------------------------------------
+
+@pytest.mark.parametrize(("gpus", "nominated"), [(4, True), (5, False)])
+def test_an_undone_gang_gives_its_queue_back_exactly_what_it_held(gpus: int, nominated: bool) -> None:
+    """Queue a (limit 8 GPUs) runs 4. Its gang's first member evicts a low pod on n0, the second
+    finds no room on n1 (queue b's), so the gang is undone: a holds 4 again, and the next pod of a
+    may take up to 4 more GPUs by preemption, not 5."""
+    queues = [Queue("a", limit={"gpu": 8000}), Queue("b")]
+    snap = start(ClusterSnapshot.build(gpu_nodes(2), pod_groups=[PodGroup("g", 2)]),
+                 [pod("low0", 2, queue="a", node="n0"), pod("low1", 2, queue="a", node="n0"),
+                  pod("keep0", 3, queue="b", node="n0"), pod("keep1", 8, queue="b", node="n1")])
+    gang = [pod("g0", 2, queue="a", gang="g", priority=20, created=900.0, node="n0"),
+            pod("g1", 2, queue="a", gang="g", priority=20, created=900.0, node="n1")]
+    nxt = pod("next", gpus, queue="a", priority=10, created=950.0)
+    result = run(snap, [*gang, nxt], PREEMPT, queues)
+    if nominated:
+        assert evicted(result) == ["low0", "low1"] and [p.pod for p in result.nominated] == [nxt.uid]
+        assert all(e.preemptor == nxt.uid for e in result.evictions)
+    else:
+        assert not result.evictions and not result.nominated
+    assert {g.uid for g in gang} <= set(result.unschedulable)
+
+
+def test_a_victim_that_cannot_be_given_back_leaves_room_for_a_smaller_one_that_can() -> None:
+    """The 6-GPU pod needs 6 of the node's 8: `big` (most important) cannot be given back, `mid`
+    can, and then `small` cannot: the victims are big and small."""
+    snap = start(ClusterSnapshot.build(gpu_nodes(1)),
+                 [pod("big", 4, priority=3), pod("mid", 2, priority=2), pod("small", 2, priority=1)])
+    result = run(snap, [pod("urgent", 6, priority=10, created=950.0)], PREEMPT)
+    assert evicted(result) == ["big", "small"]
+    assert [p.pod for p in result.nominated] == [PodUid("default/urgent")]
+
+
+def test_reclaim_takes_the_least_work_whatever_the_victims_priorities_in_their_own_queue() -> None:
+    """b holds all 8 GPUs. On n0 its most recently started pod has b's highest priority; every
+    other pod of b started at 0. Reclaim evicts the recent one (least work thrown away): b's
+    priorities mean nothing to queue a."""
+    snap = start(ClusterSnapshot.build(gpu_nodes(2, gpus=4)),
+                 [pod(f"old{i}", queue="b", node="n0") for i in range(3)]
+                 + [pod(f"mid{i}", queue="b", priority=10, node="n1") for i in range(4)], at=0.0)
+    snap = start(snap, [pod("young", queue="b", priority=50, node="n0")], at=900.0)
+    result = run(snap, [pod("a0", queue="a", created=950.0)], RECLAIM, [Queue("a"), Queue("b")])
+    assert evicted(result) == ["young"]
