@@ -43,11 +43,12 @@ def test_a_pre_filter_rejects_a_pod_and_what_it_records_guides_the_pods_it_lets_
     registry[plugin.name] = Entry(lambda _args, _ctx: plugin)
     profile = build_profile(ProfileSettings(scores=(ScoreRef(plugin.name),)), registry=registry)
     assert profile.pre_filters == (plugin,)
-    # requests differ: the core reuses a pre-filter's rejection for pods of the same constraint key
+    # equal requests: a pre-filter sees the whole pod, so its rejection of one pod is not reused
+    # for others with the same constraints (as a filter's failure is)
     snap = ClusterSnapshot.build([make_node(f"n{i}").gpus(2).build() for i in range(3)])
-    homeless = make_pod("z").cpu(100).gpus(1).queue("z").created(0.0).build()
-    a = make_pod("a").cpu(200).gpus(1).queue("a").created(1.0).build()
-    b = make_pod("b").cpu(300).gpus(1).queue("b").created(2.0).build()
+    homeless = make_pod("z").gpus(1).queue("z").created(0.0).build()
+    a = make_pod("a").gpus(1).queue("a").created(1.0).build()
+    b = make_pod("b").gpus(1).queue("b").created(2.0).build()
     result = schedule(snap, [homeless, a, b], profile, now=0.0, rng=random.Random(0))
     assert sorted((p.pod, p.node) for p in result.binds) == [(a.uid, "n2"), (b.uid, "n0")]
     assert list(result.unschedulable) == [homeless.uid]

@@ -2,8 +2,9 @@
 
 Steps, per unit of work (a pod, or a gang) in `ordering` order (permit plugins may veto a
 tentative placement after step 3, which rolls it back):
-1. reuse: a pod whose constraints equal those of a pod that already failed this cycle
-   fails the same way, unless capacity was given back since (a gang rolled back);
+1. reuse: a pod whose constraints equal those of a pod that already failed the filters this
+   cycle (under the same queue mask) fails the same way, unless capacity was given back
+   since (a gang rolled back); a pre-filter's rejection is not reused (it sees the whole pod);
 2. filter all nodes at once (NumPy masks), then score the feasible ones and take the
    highest weighted score, ties to the lowest node name;
 3. choose devices inside the node (the profile's device picker) and place the pod on the
@@ -100,8 +101,7 @@ class _Cycle:
             return hit[1]
         status = self._pre_filter(pod) if self.profile.pre_filters else None
         if status is not None:
-            self.failed[key] = (self.epoch, status)
-            return status
+            return status  # not cached: a pre-filter sees the whole pod, not only its constraint key
         nodes = self._feasible(pod)
         if len(nodes) == 0:
             why = (explaining.explain(self.state, pod, self.view, self.profile.filters) if self.explain
