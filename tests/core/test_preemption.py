@@ -414,3 +414,112 @@ def test_reclaim_takes_the_least_work_whatever_the_victims_priorities_in_their_o
     snap = start(snap, [pod("young", queue="b", priority=50, node="n0")], at=900.0)
     result = run(snap, [pod("a0", queue="a", created=950.0)], RECLAIM, [Queue("a"), Queue("b")])
     assert evicted(result) == ["young"]
+
+
+# -- las beside reclaim, elastic extras, the hopeless cache (mutation testing) ----------------------
+
+LAS_RECLAIM = QueueingConfig(order="las", preemption=True, reclaim=True, las_thresholds_gpu_seconds=(1.0,))
+
+
+@pytest.mark.parametrize(("cfg", "victims_s", "mine_s"), [
+    (LAS_RECLAIM, None, None),    # no record on either side: both on level 0 (a record of 1.0 would be level 1)
+    (LAS_RECLAIM, 5.0, 5.0),      # both on level 1
+    (QueueingConfig(order="las", reclaim=True), 5000.0, None),  # las order without preemption takes nobody by LAS
+])
+def test_a_victim_las_could_not_take_is_reclaimed_and_says_so(
+        cfg: QueueingConfig, victims_s: float | None, mine_s: float | None) -> None:
+    low = [pod(f"b{i}", queue="b") for i in range(8)]
+    snap = start(ClusterSnapshot.build(gpu_nodes(1)), low)
+    fresh = pod("fresh", queue="a", created=950.0)
+    attained = {p.uid: victims_s for p in low if victims_s is not None}
+    if mine_s is not None:
+        attained[fresh.uid] = mine_s
+    ctx = QueueContext(QueueTree.build([Queue("a"), Queue("b")]), attained_gpu_s=attained)
+    result = run(snap, [fresh], cfg, ctx=ctx)
+    assert [e.reason for e in result.evictions] == [
+        "reclaimed by queue a for pod default/fresh: queue b holds more than its fair share"]
+    assert [p.pod for p in result.nominated] == [fresh.uid]
+
+
+def test_las_takes_no_job_without_a_record_for_a_job_without_one() -> None:
+    """Without a record a job has attained nothing: level 0, even where the first threshold is 1 GPU-second."""
+    snap = start(ClusterSnapshot.build(gpu_nodes(1)), [pod(f"p{i}") for i in range(8)])
+    cfg = QueueingConfig(order="las", preemption=True, las_thresholds_gpu_seconds=(1.0,))
+    result = run(snap, [pod("fresh", created=950.0)], cfg)
+    assert not result.evictions and PodUid("default/fresh") in result.unschedulable
+
+
+def test_a_victim_both_las_and_reclaim_would_take_is_evicted_once() -> None:
+    """Queue b is above its share and its jobs are on a higher level: each is found twice, goes once."""
+    snap = ClusterSnapshot.build(gpu_nodes(1))
+    low = [pod(f"b{i}", queue="b") for i in range(8)]
+    for i, p in enumerate(low):
+        snap = start(snap, [p], at=10.0 * i)
+    ctx = QueueContext(QueueTree.build([Queue("a"), Queue("b")]), attained_gpu_s={p.uid: 5.0 for p in low})
+    result = run(snap, [pod("fresh", 2, queue="a", created=950.0)], LAS_RECLAIM, ctx=ctx)
+    assert evicted(result) == ["b6", "b7"], "the two most recently started"
+    assert len(result.nominated) == 1
+
+
+@pytest.mark.parametrize(("min_member", "victims"), [
+    (2, []),             # one extra gives one GPU, and h1 would leave h below minMember with h2 kept
+    (1, ["h0", "h1"]),   # two extras: both go alone, h2 keeps the gang at its minimum
+])
+def test_an_elastic_gang_gives_as_many_members_alone_as_it_runs_beyond_its_minimum(
+        min_member: int, victims: list[str]) -> None:
+    """h2 outranks the preemptor, so the rest of the gang is never a victim: only extras can go."""
+    gang = [pod("h0", gang="h", priority=1), pod("h1", gang="h", priority=1), pod("h2", gang="h", priority=20)]
+    others = [pod(f"f{i}", priority=20) for i in range(5)]
+    snap = start(ClusterSnapshot.build(gpu_nodes(1), pod_groups=[PodGroup("h", min_member)]), gang + others)
+    result = run(snap, [pod("urgent", 2, priority=10, created=900)], PREEMPT)
+    assert evicted(result) == victims
+    assert (PodUid("default/urgent") in result.unschedulable) == (not victims)
+
+
+def test_each_elastic_gang_counts_its_own_extras() -> None:
+    """g (exactly at minMember) goes whole or not at all; h's two extras are the first victims."""
+    g = [pod(f"g{i}", gang="g", priority=1) for i in range(2)]
+    h = [pod(f"h{i}", gang="h", priority=2) for i in range(3)]
+    others = [pod(f"f{i}", priority=20) for i in range(3)]
+    groups = [PodGroup("g", 2), PodGroup("h", 1)]
+    snap = start(ClusterSnapshot.build(gpu_nodes(1), pod_groups=groups), g + h + others)
+    result = run(snap, [pod("urgent", priority=10, created=900)], PREEMPT)
+    assert evicted(result) == ["h2"]
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["podgroup", "no-podgroup"])
+def test_a_gang_with_a_member_that_may_not_go_is_no_victim(known: bool) -> None:
+    """g1 outranks the preemptor; with or without its PodGroup in the snapshot, g0 cannot go alone."""
+    gang = [pod("g0", gang="g", priority=1), pod("g1", gang="g", priority=20)]
+    others = [pod(f"f{i}", priority=20) for i in range(6)]
+    nodes = gpu_nodes(1)
+    running = start(ClusterSnapshot.build(nodes, pod_groups=[PodGroup("g", 2)]), gang + others)
+    snap = running if known else ClusterSnapshot.build(nodes, running.placements.values())
+    result = run(snap, [pod("urgent", priority=10, created=900)], PREEMPT)
+    assert not result.evictions and PodUid("default/urgent") in result.unschedulable
+
+
+def test_a_unit_that_found_no_room_does_not_stop_one_with_less_attained_service() -> None:
+    """`old` (over the starvation bound, so first) is on level 1 like every running job and takes
+    nobody; `fresh`, the same shape without a record, is on level 0 and preempts."""
+    low = [pod(f"p{i}") for i in range(16)]
+    snap = start(ClusterSnapshot.build(gpu_nodes(2)), low)
+    old, fresh = pod("old", created=0.0), pod("fresh", created=950.0)
+    cfg = QueueingConfig(order="las", preemption=True, las_thresholds_gpu_seconds=(1.0,),
+                         starvation_bound_seconds=100.0)
+    ctx = QueueContext(attained_gpu_s={**{p.uid: 1.0 for p in low}, old.uid: 1.0})
+    result = run(snap, [old, fresh], cfg, ctx=ctx)
+    assert len(result.evictions) == 1 and [p.pod for p in result.nominated] == [fresh.uid]
+    assert old.uid in result.unschedulable
+
+
+def test_a_gang_that_reclaimed_skips_a_member_over_its_share_and_places_a_smaller_one_after_it() -> None:
+    """a's share is 4 of 8: after g0 (2 GPUs) reclaims, g1 (4) would exceed it, g2 (2) does not."""
+    groups = [PodGroup("bg", 2), PodGroup("ag", 1)]
+    snap = start(ClusterSnapshot.build(gpu_nodes(1), pod_groups=groups),
+                 [pod(f"b{i}", 4, queue="b", gang="bg") for i in range(2)])
+    gang = [pod("g0", 2, queue="a", gang="ag", created=950.0), pod("g1", 4, queue="a", gang="ag", created=951.0),
+            pod("g2", 2, queue="a", gang="ag", created=952.0)]
+    result = run(snap, gang, RECLAIM, [Queue("a"), Queue("b")])
+    assert evicted(result) == ["b0", "b1"]
+    assert sorted(p.pod for p in result.nominated) == [PodUid("default/g0"), PodUid("default/g2")]
