@@ -523,3 +523,15 @@ def test_a_gang_that_reclaimed_skips_a_member_over_its_share_and_places_a_smalle
     result = run(snap, gang, RECLAIM, [Queue("a"), Queue("b")])
     assert evicted(result) == ["b0", "b1"]
     assert sorted(p.pod for p in result.nominated) == [PodUid("default/g0"), PodUid("default/g2")]
+
+
+def test_a_gang_that_found_no_room_does_not_stop_one_that_differs_after_its_first_member() -> None:
+    """x and y start with the same 2-GPU member; x's second asks 16 GPUs and can never fit, y's
+    asks 2: x finding no room must not make y look hopeless."""
+    snap = start(ClusterSnapshot.build(gpu_nodes(1), pod_groups=[PodGroup("x", 2), PodGroup("y", 2)]),
+                 [pod(f"p{i}") for i in range(8)])
+    x = [pod("x0", 2, gang="x", priority=10, created=900), pod("x1", 16, gang="x", priority=10, created=900)]
+    y = [pod("y0", 2, gang="y", priority=10, created=901), pod("y1", 2, gang="y", priority=10, created=901)]
+    result = run(snap, [*x, *y], PREEMPT)
+    assert sorted(p.pod for p in result.nominated) == [y[0].uid, y[1].uid]
+    assert len(result.evictions) == 4

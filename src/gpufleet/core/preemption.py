@@ -67,7 +67,7 @@ class _Preemptor:
         now = cycle.state.now
         self.evicted: set[PodUid] = set()
         self.hopeless: dict[tuple[object, ...], int] = {}
-        """Units that found no room, by shape, queue and priority, with the cycle's epoch then."""
+        """Units that found no room, by every member's shape, queue and priority, with the cycle's epoch then."""
         self.by_queue: dict[int, list[Placement]] = {}
         self.groups: dict[str, list[Placement]] = {}
         for p in cycle.snapshot.placements.values():
@@ -280,7 +280,7 @@ def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
         unit = unit[:max(group.max_member - cycle.running_members(unit[0].pod_group), 0)]
         if not unit:
             return
-    key = (constraint_key(unit[0]), len(unit), need, q, unit[0].priority,
+    key = (tuple(constraint_key(p) for p in unit), need, q, unit[0].priority,
            pre.ctx.attained_gpu_s.get(unit[0].uid, 0.0) if pre.cfg.order == "las" else 0.0)
     if pre.hopeless.get(key) == cycle.epoch:
         return  # an identical unit found no room this cycle, and nothing was evicted since
