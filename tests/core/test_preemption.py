@@ -535,3 +535,15 @@ def test_a_gang_that_found_no_room_does_not_stop_one_that_differs_after_its_firs
     result = run(snap, [*x, *y], PREEMPT)
     assert sorted(p.pod for p in result.nominated) == [y[0].uid, y[1].uid]
     assert len(result.evictions) == 4
+
+
+def test_a_pod_naming_an_inner_queue_never_preempts_or_reclaims() -> None:
+    """team is an inner queue: its own pod is told to name a leaf, and only t1's pods reclaim
+    from b (team's fair share comes from t1's demand), the team pod is never nominated."""
+    queues = [Queue("team"), Queue("t1", parent="team"), Queue("b")]
+    snap = start(ClusterSnapshot.build(gpu_nodes(1)), [pod(f"b{i}", queue="b") for i in range(8)])
+    inner = pod("inner", queue="team", created=900.0)
+    leaf = [pod(f"t{i}", queue="t1", created=901.0 + i) for i in range(4)]
+    result = run(snap, [inner, *leaf], QueueingConfig(order="fair", reclaim=True), queues)
+    assert sorted(p.pod for p in result.nominated) == sorted(p.uid for p in leaf)
+    assert result.unschedulable[inner.uid].reasons == ("queue team has child queues: pods must name a leaf queue",)
