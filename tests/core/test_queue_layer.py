@@ -278,3 +278,178 @@ def test_each_mig_slice_counts_as_its_own_profiles_share() -> None:
     assert sorted(b.pod for b in result.binds) == [pods[0].uid, pods[1].uid]
     assert result.unschedulable[pods[2].uid].message == (
         "queue a: limit of 0.3 GPU reached (0.284 GPU in use, the pod asks 0.142 GPU)")
+
+
+# -- who starves: the bound, measured from creation, inclusive ------------------------------------
+
+def _starve_one(bound: float, old_created: float, young_created: float, old_queue: str = "a") -> CycleResult:
+    """n0 has 4 of 8 GPUs busy: an 8-GPU pod and a younger 1-GPU pod of another queue."""
+    snap = running(ClusterSnapshot.build([node("n0")]), fillers({"n0": 4}))
+    old = make_pod("old").gpus(8).queue(old_queue).created(old_created).build()
+    young = make_pod("young").gpus(1).queue("b").created(young_created).build()
+    queues = [Queue("a"), Queue("b"), Queue("other"), Queue("lab"), Queue("r1", parent="lab")]
+    return run(snap, [old, young], QueueingConfig(order="fair", starvation_bound_seconds=bound), queues)
+
+
+@pytest.mark.parametrize(("bound", "old_created"), [(0.5, 0.0), (10.0, 990.0)],
+                         ids=["a bound under a second holds", "a pod waiting exactly the bound starves"])
+def test_a_pod_waiting_at_least_the_bound_holds_its_node(bound: float, old_created: float) -> None:
+    result = _starve_one(bound, old_created, 999.9)
+    assert not result.binds
+    assert result.unschedulable[PodUid("default/old")].reasons[-1] == held_note(["n0"], "n0")
+
+
+def test_a_pod_younger_than_the_bound_holds_nothing() -> None:
+    result = _starve_one(10.0, 995.0, 996.0)
+    assert [b.pod for b in result.binds] == [PodUid("default/young")]
+    assert "starvation bound" not in result.unschedulable[PodUid("default/old")].message
+
+
+def test_a_starving_pod_naming_an_inner_queue_holds_nothing() -> None:
+    """Holding nodes cannot help a pod no queue admits: the younger pod takes the GPU."""
+    result = _starve_one(10.0, 0.0, 995.0, old_queue="lab")
+    assert [b.pod for b in result.binds] == [PodUid("default/young")]
+    assert result.unschedulable[PodUid("default/old")].reasons == (
+        "queue lab has child queues: pods must name a leaf queue",)
+
+
+def test_a_held_node_stays_held_for_a_pod_of_a_queue_with_a_model_limit() -> None:
+    """The young pod's queue has a per-model limit it is well within: the held n0 is still
+    closed to it (and a CPU-only node does not count as a model it could take)."""
+    cpu_only = make_node("c").cpu(64_000).mem_gib(512).label("host", "c").build()
+    snap = running(ClusterSnapshot.build([node("n0"), cpu_only]), fillers({"n0": 4}))
+    old = make_pod("old").gpus(8).queue("a").created(0.0).build()
+    young = make_pod("young").gpus(1).queue("b").created(995.0).build()
+    queues = [Queue("a"), Queue("b", limit={"gpu/H100-80GB": 8 * G}), Queue("other")]
+    result = run(snap, [old, young], BOUND, queues)
+    assert not result.binds
+    assert result.unschedulable[old.uid].reasons[-1] == held_note(["n0"], "n0")
+
+
+# -- order keys -----------------------------------------------------------------------------------
+
+def test_fifo_order_goes_by_arrival_not_priority() -> None:
+    snap = ClusterSnapshot.build([node("n0", gpus=1)])
+    old = make_pod("old").gpus(1).queue("a").priority(0).created(0.0).build()
+    urgent = make_pod("urgent").gpus(1).queue("a").priority(10).created(5.0).build()
+    result = run(snap, [old, urgent], QueueingConfig(order="fifo"), [Queue("a")])
+    assert [b.pod for b in result.binds] == [old.uid]
+
+
+def test_las_counts_a_pod_without_history_as_having_received_nothing() -> None:
+    """Threshold 0.5 GPU-s: a pod with no record is at level 0, like one with 0.2: age decides."""
+    snap = ClusterSnapshot.build([node("n0", gpus=1)])
+    fresh = make_pod("fresh").gpus(1).queue("a").created(0.0).build()
+    used = make_pod("used").gpus(1).queue("a").created(5.0).build()
+    cfg = QueueingConfig(order="las", las_thresholds_gpu_seconds=(0.5,))
+    ctx = QueueContext(QueueTree.build([Queue("a")]), attained_gpu_s={used.uid: 0.2})
+    result = schedule(snap, [fresh, used], build_profile(ProfileSettings(queueing=cfg)), now=NOW,
+                      rng=random.Random(0), queues=ctx)
+    assert [b.pod for b in result.binds] == [fresh.uid]
+
+
+def test_decayed_usage_adds_only_what_was_placed_in_this_cycle() -> None:
+    """Queue a already runs one of two GPUs; with equal decayed usage the tie goes to a by name:
+    what a ran before the cycle is in its decayed usage, not counted again."""
+    snap = running(ClusterSnapshot.build([node("n0", gpus=2)]), fillers({"n0": 1}, queue="a"))
+    pods = [make_pod("a0").gpus(1).queue("a").created(0.0).build(),
+            make_pod("b0").gpus(1).queue("b").created(0.0).build()]
+    result = run(snap, pods, FAIR, [Queue("a"), Queue("b")], usage_share={"a": 0.1, "b": 0.1})
+    assert [b.pod for b in result.binds] == [pods[0].uid]
+
+
+# -- gangs against limits: running members count toward minMember ----------------------------------
+
+def _with_running_members(group: PodGroup, n: int) -> ClusterSnapshot:
+    """n0 with `n` 1-GPU members of gang g (queue a) running and `group` as its PodGroup."""
+    started = schedule(ClusterSnapshot.build([node("n0")]), gang("g", n, created=-1.0),
+                       build_profile(ProfileSettings()), now=0.0, rng=random.Random(0))
+    assert len(started.binds) == n
+    return ClusterSnapshot.build([node("n0")], pod_groups=[group]).apply(started.binds)
+
+
+def test_a_gang_with_running_members_is_checked_against_the_limit_for_what_it_lacks() -> None:
+    """minMember 4, 2 running, limit 5 GPUs: the gang lacks 2 (4 GPUs in all), so it starts, and
+    one extra member fits the limit; the fourth pending member is stopped by it."""
+    snap = _with_running_members(PodGroup("g", 4), 2)
+    pending = [make_pod(f"p{i}").gpus(1).queue("a").gang("g").created(float(i)).build() for i in range(4)]
+    result = run(snap, pending, FAIR, [Queue("a", limit={"gpu": 5 * G})])
+    assert sorted(b.pod for b in result.binds) == [p.uid for p in pending[:3]]
+    assert result.unschedulable[pending[3].uid] == Status(
+        Code.UNSCHEDULABLE, ("queue a: limit of 5 GPU reached (5 GPU in use, the pod asks 1 GPU)",), "QueueLimit")
+
+
+def test_a_gang_at_minmember_takes_any_extra_member_within_the_limit() -> None:
+    """minMember 2, both running, limit 3: the gang needs nobody, so a 2-GPU member over the
+    limit does not stop a 1-GPU member that fits."""
+    snap = _with_running_members(PodGroup("g", 2), 2)
+    big = make_pod("big").gpus(2).queue("a").gang("g").created(0.0).build()
+    small = make_pod("small").gpus(1).queue("a").gang("g").created(1.0).build()
+    result = run(snap, [big, small], FAIR, [Queue("a", limit={"gpu": 3 * G})])
+    assert [b.pod for b in result.binds] == [small.uid]
+    assert result.unschedulable[big.uid].plugin == "QueueLimit"
+
+
+def test_a_gang_without_a_podgroup_object_is_checked_whole_against_the_limit() -> None:
+    snap = ClusterSnapshot.build([node("n0")])
+    members = gang("g", 2)
+    result = run(snap, members, FAIR, [Queue("a", limit={"gpu": 4 * G})])
+    assert sorted(b.pod for b in result.binds) == [m.uid for m in members]
+
+
+# -- limits: a pod with a GPU model limit; CPU-only pods are not kept off a model's nodes ----------
+
+def test_a_cpu_only_pod_may_use_the_nodes_of_a_model_its_queue_is_over() -> None:
+    snap = running(ClusterSnapshot.build([node("t", gpus=2, model="T4")]), fillers({"t": 2}, queue="a"))
+    pod = make_pod("p").cpu(100).queue("a").created(10.0).build()
+    result = run(snap, [pod], FAIR, [Queue("a", limit={"gpu/T4": 1 * G})])
+    assert [b.node for b in result.binds] == ["t"]
+
+
+# -- preemption attempts: a unit its queue rejects still uses an attempt ---------------------------
+
+@pytest.mark.parametrize("rejected", ["inner", "limited"])
+def test_the_attempts_per_cycle_count_units_the_queues_rejected(rejected: str) -> None:
+    """One attempt per cycle, taken by the older urgent pod that its queue rejects: the younger
+    urgent pod does not preempt the low-priority pod in this cycle."""
+    snap = running(ClusterSnapshot.build([node("n0", gpus=1)]),
+                   [make_pod("low").gpus(1).queue("a").priority(0).selector("host", "n0").build()])
+    queue = "lab" if rejected == "inner" else "c"
+    x = make_pod("x").gpus(2).queue(queue).priority(10).created(900.0).build()
+    hi = make_pod("hi").gpus(1).queue("a").priority(10).created(950.0).build()
+    queues = [Queue("a"), Queue("lab"), Queue("r1", parent="lab"), Queue("c", limit={"gpu": 1 * G})]
+    cfg = QueueingConfig(order="priority", preemption=True, preemption_attempts_per_cycle=1)
+    result = run(snap, [x, hi], cfg, queues)
+    assert not result.evictions
+    cfg2 = QueueingConfig(order="priority", preemption=True, preemption_attempts_per_cycle=2)
+    assert [e.pod for e in run(snap, [x, hi], cfg2, queues).evictions] == [PodUid("default/low")]
+
+
+# -- demand shapes fair shares, and fair shares decide reclaim -------------------------------------
+
+RECLAIM = QueueingConfig(order="fair", reclaim=True)
+
+
+def _cpu_node() -> NodeInfo:
+    return make_node("n0").cpu(64_000).mem_gib(64).label("host", "n0").build()
+
+
+@pytest.mark.parametrize(("cpu", "mem"), [(16_000, 1024), (100, 16 * 1024)], ids=["cpu", "memory"])
+def test_every_pending_pod_of_a_queue_adds_to_its_demand(cpu: int, mem: int) -> None:
+    """b holds the whole node (4 pods of a quarter); a asks two quarters: fair shares are half
+    each, so two of b's pods are reclaimed (with one quarter asked, only one would be)."""
+    b = [make_pod(f"b{i}").cpu(cpu).mem_mib(mem).queue("b").build() for i in range(4)]
+    snap = running(ClusterSnapshot.build([_cpu_node()]), b)
+    a = [make_pod(f"a{i}").cpu(cpu).mem_mib(mem).queue("a").created(950.0 + i).build() for i in range(2)]
+    result = run(snap, a, RECLAIM, [Queue("a"), Queue("b")])
+    assert len(result.evictions) == 2
+
+
+def test_a_queues_demand_adds_to_what_it_holds() -> None:
+    """a holds a quarter and asks one more; b holds three: a wants half, so b gives one back."""
+    snap = running(ClusterSnapshot.build([_cpu_node()]),
+                   [make_pod("a-run").cpu(16_000).mem_mib(1024).queue("a").build()]
+                   + [make_pod(f"b{i}").cpu(16_000).mem_mib(1024).queue("b").build() for i in range(3)])
+    ask = make_pod("a0").cpu(16_000).mem_mib(1024).queue("a").created(950.0).build()
+    result = run(snap, [ask], RECLAIM, [Queue("a"), Queue("b")])
+    assert len(result.evictions) == 1 and [p.pod for p in result.nominated] == [ask.uid]
