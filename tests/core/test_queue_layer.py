@@ -453,3 +453,39 @@ def test_a_queues_demand_adds_to_what_it_holds() -> None:
     ask = make_pod("a0").cpu(16_000).mem_mib(1024).queue("a").created(950.0).build()
     result = run(snap, [ask], RECLAIM, [Queue("a"), Queue("b")])
     assert len(result.evictions) == 1 and [p.pod for p in result.nominated] == [ask.uid]
+
+
+def test_a_pod_failing_under_held_nodes_is_not_given_the_failure_from_before_the_hold() -> None:
+    """The head fails before n0 is held; a pod of the same shape fails after the hold, once the
+    CPU pod has filled n1: its reasons are its own (n1 now lacks CPU too), not the head's reused."""
+    snap = running(ClusterSnapshot.build([node("n0"), node("n1", gpus=4)]), fillers({"n0": 4}))
+    head = make_pod("head").gpus(8).queue("z").created(0.0).build()
+    twin = make_pod("twin").gpus(8).queue("z").created(995.0).build()
+    hog = make_pod("hog").cpu(64_000).queue("b").created(995.0).build()
+    result = run(snap, [head, twin, hog], BOUND, [Queue("z"), Queue("b"), Queue("other")])
+    assert [b.node for b in result.binds] == ["n1"]
+    assert result.unschedulable[head.uid].reasons[0] == "0/2 nodes are available: 2 Insufficient GPU."
+    assert result.unschedulable[twin.uid].reasons == (
+        "0/2 nodes are available: 1 Insufficient GPU, 1 Insufficient cpu.",)
+
+
+@pytest.mark.parametrize(("cpu", "mem", "gpus"), [(8000, 1024, 0), (100, 8 * 1024, 0), (100, 1024, 1)],
+                         ids=["cpu", "memory", "gpu"])
+def test_a_queue_holding_exactly_its_fair_share_gives_nothing_back(cpu: int, mem: int, gpus: int) -> None:
+    """Two nodes of 4 units (CPUs of 8 cores, 8 GiB of memory, or GPUs) each; b holds 3 on each,
+    a asks 2 on one node, which neither has free: the wants sum to the cluster exactly, so b's
+    fair share is exactly what it holds and nothing is reclaimed."""
+    def host(i: int) -> NodeInfo:
+        b = make_node(f"n{i}").cpu(4 * cpu if cpu > 100 else 64_000)
+        b = b.mem_mib(4 * mem if mem > 1024 else 512 * 1024).label("host", f"n{i}")
+        return (b.gpus(4) if gpus else b).build()
+
+    def ask(name: str, times: int, node: str | None = None) -> PodSpec:
+        b = make_pod(name).cpu(times * cpu).mem_mib(times * mem).queue("a" if node is None else "b")
+        b = b.gpus(times * gpus) if gpus else b
+        return (b.selector("host", node) if node else b.created(950.0)).build()
+
+    snap = running(ClusterSnapshot.build([host(0), host(1)]),
+                   [ask(f"b{n}{i}", 1, f"n{n}") for n in range(2) for i in range(3)])
+    result = run(snap, [ask("a0", 2)], RECLAIM, [Queue("a"), Queue("b")])
+    assert not result.evictions and not result.binds
