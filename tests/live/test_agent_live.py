@@ -233,8 +233,10 @@ def test_agent_run_with_a_kubeconfig_writes_the_node_and_stops_on_sigterm(
     add_node(cluster, name)
     proc = _run_agent(kubeconfig, sock_dir, name)
     try:
-        wait_for(lambda: "nvidia.com/gpu.count" in _node(cluster, name)["metadata"]["labels"] or
-                 proc.poll() is not None, 30, "the node's labels")
+        # labels and the GpuUnhealthy condition are two writes (metadata, then status)
+        wait_for(lambda: ("nvidia.com/gpu.count" in _node(cluster, name)["metadata"]["labels"] and any(
+            c["type"] == "GpuUnhealthy" for c in _node(cluster, name)["status"].get("conditions", [])))
+                 or proc.poll() is not None, 30, "the node's labels and GpuUnhealthy condition")
         node = _node(cluster, name)
         assert node["metadata"]["labels"]["nvidia.com/gpu.count"] == "8"
         assert len(ann.decode_inventory(node["metadata"]["annotations"][ann.INVENTORY_ANNOTATION])) == 8
