@@ -204,7 +204,15 @@ def _run_through_outage(c: Cluster, nodes: list[Obj], tmp_path: Path, component:
         c.restart(component)
         print(f"{component} restarted in {time.monotonic() - started:.1f} s with {before} pods bound")
         assert before < 900, "the run was over before the restart"
-        wait_for(lambda: _settled_despite_errors(c), 240, "every pod bound or marked Unschedulable", interval_s=2.0)
+        try:
+            wait_for(lambda: _settled_despite_errors(c), 240, "every pod bound or marked Unschedulable", interval_s=2.0)
+        except AssertionError:  # what is left, for the next one to read (a clean-clone CI run timed out here once)
+            pods_now = c.admin.list("pods")
+            print("bound:", len(bound(gpufleet_pods(c.admin))), "of", len(pods_now))
+            print("not reported:", workload.check_pending(pods_now)[:10])
+            print("still placeable:", workload.placeable(pods_now, c.admin.list("nodes"), c.admin.list("podgroups"))[:10])
+            print(s.log()[-4000:])
+            raise
         assert s.ready()
         assert s.terminate() == 0
     assert_outcome(c, created=1000, at_least_bound=before + 100, audit_complete=component != "kube-apiserver")
