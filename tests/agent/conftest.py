@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import tempfile
 import threading
 from pathlib import Path
@@ -17,6 +19,8 @@ from gpufleet.agent.runtime import Agent, AgentOptions
 from .kubelet import WAIT_S, FakeKubelet
 
 NODE = "gpu-node-1"
+MPS_STUB_DIR = Path(__file__).parent / "mps_stub"
+"""Holds `nvidia-cuda-mps-control`, the stand-in written from NVIDIA's documented interface (README there)."""
 
 
 class FakeClock:
@@ -69,9 +73,28 @@ AgentFactory = Callable[..., tuple[Agent, fake.FakeBackend, FakeNodeApi]]
 
 
 @pytest.fixture
-def make_agent(sock_dir: Path, tmp_path: Path) -> Iterator[AgentFactory]:
-    """Start an agent on a fixture with a config text; every agent is stopped at teardown."""
+def mps_root(sock_dir: Path) -> Path:
+    """An MPS root for configs (`flags: {mpsRoot: ...}`): short, since the daemon's socket lives under it."""
+    return sock_dir / "mps"
+
+
+def kill_mps_daemons(root: Path) -> None:
+    """SIGKILL every control daemon whose pid file is under `root` (a test's leftovers)."""
+    for pid_file in root.rglob("nvidia-cuda-mps-control.pid"):
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
+@pytest.fixture
+def make_agent(sock_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AgentFactory]:
+    """Start an agent on a fixture with a config text; every agent is stopped at teardown.
+
+    The MPS control stand-in comes first on PATH, so configs with MPS sharing get a daemon.
+    """
     agents: list[Agent] = []
+    monkeypatch.setenv("PATH", f"{MPS_STUB_DIR}{os.pathsep}{os.environ.get('PATH', '')}")
 
     def factory(fixture: str = "h100-sxm-8", config: str = "", pods: tuple[PodView, ...] = (),
                 clock: FakeClock | None = None, **options: float) -> tuple[Agent, fake.FakeBackend, FakeNodeApi]:
@@ -89,3 +112,4 @@ def make_agent(sock_dir: Path, tmp_path: Path) -> Iterator[AgentFactory]:
     yield factory
     for a in agents:
         a.stop()
+    kill_mps_daemons(sock_dir)

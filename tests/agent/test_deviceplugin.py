@@ -170,8 +170,9 @@ sharing:
 
 
 def test_mps_sets_per_container_memory_and_thread_limits_and_mounts_the_pipe(
-        kubelet: FakeKubelet, make_agent: AgentFactory) -> None:
-    make_agent(config="sharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}")
+        kubelet: FakeKubelet, make_agent: AgentFactory, mps_root: Path) -> None:
+    make_agent(config=f"flags: {{mpsRoot: {mps_root}}}\n"
+                      "sharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}")
     ep = kubelet.endpoint("nvidia.com/gpu")
     response = ep.allocate([f"{H100[2]}::1"])
     e = envs(response)
@@ -180,12 +181,14 @@ def test_mps_sets_per_container_memory_and_thread_limits_and_mounts_the_pipe(
     assert e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     assert e["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
     mounts = {(m.container_path, m.host_path) for m in response.container_responses[0].mounts}
-    assert mounts == {("/mps/nvidia.com/gpu/pipe", "/run/nvidia/mps/nvidia.com/gpu/pipe"),
-                      ("/dev/shm", "/run/nvidia/mps/shm")}
+    assert mounts == {("/mps/nvidia.com/gpu/pipe", f"{mps_root}/nvidia.com/gpu/pipe"),
+                      ("/dev/shm", f"{mps_root}/shm")}
 
 
-def test_mps_rejects_a_container_asking_for_two_replicas(kubelet: FakeKubelet, make_agent: AgentFactory) -> None:
-    make_agent(config="sharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}")
+def test_mps_rejects_a_container_asking_for_two_replicas(kubelet: FakeKubelet, make_agent: AgentFactory,
+                                                         mps_root: Path) -> None:
+    make_agent(config=f"flags: {{mpsRoot: {mps_root}}}\n"
+                      "sharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}")
     ep = kubelet.endpoint("nvidia.com/gpu")
     with pytest.raises(grpc.RpcError) as info:
         ep.allocate([f"{H100[0]}::0", f"{H100[1]}::0"])
@@ -235,8 +238,8 @@ gpufleet: {fractions: true}
 
 
 def test_fraction_goes_to_the_gpu_the_scheduler_chose_with_mps_limits(
-        kubelet: FakeKubelet, make_agent: AgentFactory) -> None:
-    _, _, api = make_agent("h100-nvl-pairs", config=FRACTIONS_MPS,
+        kubelet: FakeKubelet, make_agent: AgentFactory, mps_root: Path) -> None:
+    _, _, api = make_agent("h100-nvl-pairs", config=f"flags: {{mpsRoot: {mps_root}}}\n{FRACTIONS_MPS}",
                            pods=(pod("infer", ann.GpuAssignment(NODE, (NVL[2],), 250, 8192)),))
     ep = kubelet.endpoint("gpufleet.io/gpu-milli")
     tokens = [d.ID for d in ep.next_list().devices]

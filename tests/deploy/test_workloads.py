@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from gpufleet.agent import configsource, fake, report
+from gpufleet.agent import allocate as alloc
+from gpufleet.agent import configsource, fake, mps, report
 from gpufleet.agent.inventory import inventory
-from gpufleet.agent.plan import plan_resources
+from gpufleet.agent.plan import Kind, plan_resources
 from gpufleet.cli import agent_cmd
 from gpufleet.cli.main import build_parser
 from gpufleet.framework.profile import build_profile, load_profiles
@@ -45,6 +46,12 @@ def mount_source(workload: Obj, path: str) -> tuple[dict[str, Any], str]:
     mount = max(mounts, key=lambda m: len(m["mountPath"]))
     (volume,) = [v for v in pod_spec(workload)["volumes"] if v["name"] == mount["name"]]
     return volume, path[len(mount["mountPath"]):].lstrip("/")
+
+
+def env_value(workload: Obj, name: str) -> str:
+    (var,) = [e for e in container(workload)["env"] if e["name"] == name]
+    value: str = var["value"]
+    return value
 
 
 def env_field(workload: Obj, name: str) -> str:
@@ -207,14 +214,48 @@ def test_agent_has_only_the_privileges_it_needs(agent: Obj) -> None:
     assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
     assert not (spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"))
-    assert [v["name"] for v in spec["volumes"] if "hostPath" in v] == ["device-plugins"]
-    # Exactly why the namespace is labelled privileged: root for the kubelet's directory, and its hostPath.
+    assert [v["name"] for v in spec["volumes"] if "hostPath" in v] == ["device-plugins", "mps-root", "mps-shm"]
+    # Exactly why the namespace is labelled privileged: root for the kubelet's directory, and the hostPaths
+    # of the kubelet's sockets and of the MPS daemons that pods share.
     assert podsecurity.violations(spec) == [
         "baseline: hostPath volume device-plugins",
+        "baseline: hostPath volume mps-root",
+        "baseline: hostPath volume mps-shm",
         "restricted: agent must run as non-root (runAsNonRoot true)",
         "restricted: pod runAsUser 0",
         "restricted: volume type ['hostPath'] (device-plugins)",
+        "restricted: volume type ['hostPath'] (mps-root)",
+        "restricted: volume type ['hostPath'] (mps-shm)",
     ]
+
+
+@pytest.mark.parametrize("sharing", ["", "sharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 4}]}}\n"])
+def test_the_agent_and_its_mps_pods_share_the_daemon_directories(rendered: list[Obj], agent: Obj,
+                                                                  sharing: str) -> None:
+    """With MPS turned on in the shipped config, every path Allocate gives a pod is where the agent's daemon
+    lives: the same host directory, mounted at the same path in the agent (pipe) or at /dev/shm (shm)."""
+    data = manifests.find(rendered, "ConfigMap", "gpufleet-agent-config")["data"]["default.yaml"]
+    text = data.replace("migStrategy: mixed", "migStrategy: none") + sharing  # MPS is refused with mixed MIG
+    config = configsource.load_text(text, "default.yaml")
+    backend = fake.load_fixture("h100-sxm-8")
+    plans = plan_resources(inventory(backend.system(), backend.devices()), config)
+    specs = {s.resource: s for s in mps.daemon_specs(plans, config)}
+    assert bool(specs) == bool(sharing)
+    for plan in plans:
+        daemon = mps.daemon_resource(plan, config)
+        if daemon is None:
+            continue
+        unit = plan.units[0]
+        grant = alloc.FractionGrant(unit, 250, 1024) if plan.kind is Kind.MILLI else None
+        result = alloc.allocate(plan, [unit.id], config, grant=grant, dev_exists=lambda p: False)
+        pod_mounts = {m.container_path: m.host_path for m in result.mounts}
+        pipe_host = pod_mounts[result.envs["CUDA_MPS_PIPE_DIRECTORY"]]
+        assert pipe_host == specs[daemon].pipe_dir
+        volume, rest = mount_source(agent, pipe_host)  # the agent sees the host path at the same path
+        assert f"{volume['hostPath']['path']}/{rest}" == pipe_host
+        shm, rest = mount_source(agent, "/dev/shm")
+        assert rest == "" and shm["hostPath"]["path"] == pod_mounts["/dev/shm"] == specs[daemon].shm_dir
+    assert "compute" in env_value(agent, "NVIDIA_DRIVER_CAPABILITIES").split(",")
 
 
 @pytest.mark.parametrize("fixture", fake.fixture_names())

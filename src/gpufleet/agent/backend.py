@@ -48,6 +48,10 @@ class GpuBackend(Protocol):
         """
         ...
 
+    def set_exclusive_process(self, gpu_uuid: str, exclusive: bool) -> None:
+        """Compute mode EXCLUSIVE_PROCESS (True) or DEFAULT (False), as for MPS. Needs root. Raises BackendError."""
+        ...
+
     def close(self) -> None:
         """Release the driver (idempotent)."""
         ...

@@ -102,12 +102,24 @@ class HealthSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class MpsSettings:
+    manage_daemon: bool = True
+    """Start and supervise one MPS control daemon per MPS-shared resource (false: run NVIDIA's beside us)."""
+    exclusive_process: bool = True
+    """Put the daemon's GPUs in EXCLUSIVE_PROCESS compute mode, so that only the MPS server
+    holds a context there and a container cannot bypass the limits by leaving MPS out."""
+    control_binary: str = "nvidia-cuda-mps-control"
+    """Name on PATH or absolute path (the NVIDIA container toolkit mounts it with the driver)."""
+
+
+@dataclass(frozen=True, slots=True)
 class GpufleetSettings:
     fractions: bool = False
     """Advertise `gpufleet.io/gpu-milli` (and node capacity `gpufleet.io/gpu-memory`)."""
     health: HealthSettings = field(default_factory=HealthSettings)
     metrics_port: int = 9402
     """Prometheus port; 0 turns the endpoint off."""
+    mps: MpsSettings = field(default_factory=MpsSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +234,7 @@ def _replicated(section: _Section, i: int, item: object) -> ReplicatedResource:
 
 
 def _gpufleet(s: _Section) -> GpufleetSettings:
-    s.check_keys(("fractions", "health", "metricsPort"))
+    s.check_keys(("fractions", "health", "metricsPort", "mps"))
     h = s.sub("health")
     h.check_keys(("enabled", "ignoredXids", "recoverableXids", "quietPeriodS", "taintEffect"))
     ignored = _xid_set(h, "ignoredXids", xids.APPLICATION_XIDS)
@@ -233,7 +245,12 @@ def _gpufleet(s: _Section) -> GpufleetSettings:
                             h.get("quietPeriodS", float, 300.0, lambda v: None if v > 0 else "must be positive"),
                             h.choice("taintEffect", TAINT_EFFECTS, "PreferNoSchedule"))
     port = s.get("metricsPort", int, 9402, lambda v: None if 0 <= v <= 65535 else "must be a port, 0..65535")
-    return GpufleetSettings(s.get("fractions", bool, False), health, port)
+    m = s.sub("mps")
+    m.check_keys(("manageDaemon", "exclusiveProcess", "controlBinary"))
+    mps = MpsSettings(m.get("manageDaemon", bool, True), m.get("exclusiveProcess", bool, True),
+                      m.get("controlBinary", str, "nvidia-cuda-mps-control",
+                            lambda v: None if v.strip() else "must name the program"))
+    return GpufleetSettings(s.get("fractions", bool, False), health, port, mps)
 
 
 def _xid_set(h: _Section, key: str, default: tuple[int, ...]) -> frozenset[int]:

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import yaml
 
 from gpufleet.agent import devices as dev
+from gpufleet.agent.backend import BackendError
 from gpufleet.agent.config import yaml_problem
 from gpufleet.model import ModelError, read_text
 
@@ -63,6 +64,8 @@ class FakeBackend:
         self._cond = threading.Condition()
         self.closed = False
         """Set by close(); tests check that the agent released its backend."""
+        self.exclusive: dict[str, bool] = {}
+        """Compute mode per GPU as the agent last set it (True: EXCLUSIVE_PROCESS)."""
 
     def system(self) -> dev.SystemInfo:
         return self._system
@@ -75,6 +78,11 @@ class FakeBackend:
             if not self._events:
                 self._cond.wait(timeout_s)
             return self._events.popleft() if self._events else None
+
+    def set_exclusive_process(self, gpu_uuid: str, exclusive: bool) -> None:
+        if all(g.uuid != gpu_uuid for g in self._gpus):
+            raise BackendError(f"nvmlDeviceGetHandleByUUID failed: no GPU {gpu_uuid}")
+        self.exclusive[gpu_uuid] = exclusive
 
     def close(self) -> None:
         self.closed = True

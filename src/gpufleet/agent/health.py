@@ -99,6 +99,7 @@ class HealthBoard:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._faults: Mapping[str, Fault] = MappingProxyType({})
+        self._held: Mapping[str, str] = MappingProxyType({})
         self.version = 0
 
     def publish(self, faults: Mapping[str, Fault]) -> None:
@@ -113,6 +114,27 @@ class HealthBoard:
 
     def unhealthy(self) -> frozenset[str]:
         return frozenset(self.faults())
+
+    def hold(self, resource: str, reason: str) -> None:
+        """Advertise every device of `resource` unhealthy, e.g. while its MPS daemon is down."""
+        with self._cond:  # an RLock: _set_held takes it again
+            self._set_held({**self._held, resource: reason})
+
+    def release(self, resource: str) -> None:
+        with self._cond:
+            self._set_held({k: v for k, v in self._held.items() if k != resource})
+
+    def held(self) -> Mapping[str, str]:
+        """Held resources and why."""
+        with self._cond:
+            return self._held
+
+    def _set_held(self, held: dict[str, str]) -> None:
+        with self._cond:
+            if held != self._held:
+                self._held = MappingProxyType(held)
+                self.version += 1
+                self._cond.notify_all()
 
     def wait_change(self, seen: int, timeout_s: float) -> int:
         """Block until the version differs from `seen` or the timeout passes; the current version."""

@@ -18,6 +18,10 @@ class AgentMetrics:
                                      ["kind"], registry=self.registry)
         self.config_errors = Counter("gpufleet_agent_config_errors", "Rejected config reloads",
                                      registry=self.registry)
+        self.mps_up = Gauge("gpufleet_agent_mps_daemon_up", "1 while the MPS control daemon of a resource answers",
+                            ["resource"], registry=self.registry)
+        self.mps_restarts = Counter("gpufleet_agent_mps_daemon_restarts", "MPS control daemon starts after the first",
+                                    ["resource"], registry=self.registry)
         self._server: Any = None
 
     def set_devices(self, resource: str, healthy: int, unhealthy: int) -> None:

@@ -87,6 +87,12 @@ class NvmlBackend:
             return dev.HealthEvent(dev.EventKind.DOUBLE_BIT_ECC, uuid)
         return None
 
+    def set_exclusive_process(self, gpu_uuid: str, exclusive: bool) -> None:
+        nvml = self._nvml
+        mode = nvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS if exclusive else nvml.NVML_COMPUTEMODE_DEFAULT
+        handle = self._call("nvmlDeviceGetHandleByUUID", gpu_uuid)
+        self._call("nvmlDeviceSetComputeMode", handle, mode)
+
     def close(self) -> None:
         if self._closed:
             return

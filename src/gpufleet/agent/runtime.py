@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gpufleet.agent import configsource, health, report
+from gpufleet.agent import configsource, health, mps, report
 from gpufleet.agent.assignments import AssignmentBook
 from gpufleet.agent.backend import BackendUnavailableError, GpuBackend
 from gpufleet.agent.config import ConfigError
@@ -33,6 +33,7 @@ from gpufleet.agent.devices import HealthEvent
 from gpufleet.agent.inventory import NodeGpuInventory, inventory
 from gpufleet.agent.kube import KubeAccessError, NodeApi
 from gpufleet.agent.metrics import AgentMetrics
+from gpufleet.agent.mps_daemon import MpsSupervisor
 from gpufleet.agent.plan import PlanError, ResourcePlan, plan_resources
 from gpufleet.agent.plugin import KUBELET_SOCKET, PluginServer, RegistrationError, socket_identity
 from gpufleet.agent.servicer import PluginContext
@@ -51,6 +52,8 @@ class AgentOptions:
     register_timeout_s: float = 5.0
     metrics_port: int | None = None
     """Overrides the config's gpufleet.metricsPort when set."""
+    mps_check_s: float = 2.0
+    """How often each MPS control daemon must answer."""
 
 
 class Agent:
@@ -70,11 +73,15 @@ class Agent:
         self._stop = threading.Event()
         self._lock = threading.RLock()
         """Serialises plugin restarts, config reloads and node writes (supervisor vs. callers)."""
-        self._reported: tuple[int, str] | None = None
+        self._reported: tuple[int, str, int] | None = None
         self._owned_labels: frozenset[str] = frozenset()
         self._write_error: str | None = None
         self._failed_register: dict[str, tuple[int, int, int]] = {}
         self._monitor: health.HealthMonitor | None = None
+        self.mps: MpsSupervisor | None = None
+        self._mps_lock = threading.Lock()
+        self._mps_thread = threading.Thread(target=self._mps_loop, name="gpufleet-mps", daemon=True)
+        """MPS commands can take seconds to time out; they must not hold up the kubelet's plugins."""
         self._supervisor = threading.Thread(target=self._supervise, name="gpufleet-supervisor", daemon=True)
         self._writer = threading.Thread(target=self._write_loop, name="gpufleet-node-writer", daemon=True)
         """Node writes run here, so a slow or hanging API server never delays kubelet re-registration."""
@@ -107,16 +114,24 @@ class Agent:
         self._monitor = health.HealthMonitor(backend, self._tracker, self.board, self._clock,
                                              self.options.health_poll_s, self._count_event)
         self._monitor.start()
+        self.mps = MpsSupervisor(backend, self.board, self.metrics, loaded.config.gpufleet.mps.control_binary,
+                                 check_s=self.options.mps_check_s)
+        self.mps.apply(mps.daemon_specs(plans, loaded.config))
+        self.mps.sync()  # before the plugins: MPS replicas are advertised healthy only once their daemon answers
         self._start_plugins(plans)
         self.report()
         self._supervisor.start()
         self._writer.start()
+        self._mps_thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
-        for thread in (self._supervisor, self._writer):
+        for thread in (self._supervisor, self._writer, self._mps_thread):
             if thread.is_alive():
                 thread.join(timeout_s)
+        if self.mps is not None:
+            with self._mps_lock:
+                self.mps.stop()
         if self._monitor is not None:
             self._monitor.stop(timeout_s)
         for p in self.plugins:
@@ -170,6 +185,9 @@ class Agent:
         self.loaded, self.config_error = loaded, None
         self._ctx.config = loaded.config
         self._tracker.reconfigure(loaded.config.gpufleet.health)
+        if self.mps is not None:
+            with self._mps_lock:
+                self.mps.apply(mps.daemon_specs(plans, loaded.config), loaded.config.gpufleet.mps.control_binary)
         for p in self.plugins:
             p.stop()
         self._start_plugins(plans)
@@ -182,11 +200,13 @@ class Agent:
         and timeouts) must not hold up plugin restarts or kubelet re-registration.
         """
         with self._lock:
-            state = (self.board.version, self.loaded.fingerprint)
+            supervisor = self.mps
+            state = (self.board.version, self.loaded.fingerprint, supervisor.version if supervisor else 0)
             if state == self._reported:
                 return
             faults = self.board.faults()
-            patch = report.node_patch(self.inventory, self.loaded.config, faults, self._owned_labels)
+            patch = report.node_patch(self.inventory, self.loaded.config, faults, self._owned_labels,
+                                      supervisor.status() if supervisor else None)
         try:
             self._api.patch_node(patch)
         except KubeAccessError as exc:
@@ -224,6 +244,15 @@ class Agent:
                     self.reload_config()
             except Exception:  # noqa: BLE001 - the supervisor must outlive any one failure
                 log.exception("supervisor cycle failed; retrying")
+
+    def _mps_loop(self) -> None:
+        while not self._stop.wait(self.options.poll_s):
+            try:
+                with self._mps_lock:
+                    assert self.mps is not None
+                    self.mps.sync()
+            except Exception:  # noqa: BLE001 - the MPS supervisor must outlive any one failure
+                log.exception("MPS supervision cycle failed; retrying")
 
     def _update_device_metrics(self, unhealthy: frozenset[str]) -> None:
         self.metrics.clear_devices()

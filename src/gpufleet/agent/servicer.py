@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
 
 from gpufleet.agent import allocate as alloc
-from gpufleet.agent import assignments, preferred
+from gpufleet.agent import assignments, mps, preferred
 from gpufleet.agent.config import AgentConfig
 from gpufleet.agent.health import HealthBoard
 from gpufleet.agent.inventory import NodeGpuInventory
@@ -52,6 +52,8 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
     def __init__(self, plan: ResourcePlan, ctx: PluginContext, stopping: threading.Event) -> None:
         self._plan, self._ctx, self._stopping = plan, ctx, stopping
         self._gpu_units = {u.gpu: u for u in reversed(plan.units)}
+        self._daemon = mps.daemon_resource(plan, ctx.config)
+        """The resource whose MPS daemon this plan's containers use; the board holds it while it is down."""
 
     def GetDevicePluginOptions(self, request: api_pb2.Empty, context: Any) -> api_pb2.DevicePluginOptions:
         return api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
@@ -61,7 +63,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         while not self._stopping.is_set() and context.is_active():
             version = board.version
             if version != seen:
-                yield self._device_list(board.unhealthy())
+                yield self._device_list(board.unhealthy(), self._daemon in board.held())
                 seen = version
             board.wait_change(seen, STREAM_CHECK_S)
 
@@ -81,6 +83,10 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         response = api_pb2.AllocateResponse()
         resource = self._plan.resource
         try:
+            held = self._ctx.board.held().get(self._daemon or "")
+            if held is not None:
+                raise alloc.AllocationError(f"{resource}: no new MPS clients until the MPS control daemon of "
+                                            f"{self._daemon} is back: {held}")
             for creq in request.container_requests:
                 ids = list(creq.devices_ids)
                 grant = self._fraction_grant(ids) if self._plan.kind is Kind.MILLI else None
@@ -101,10 +107,10 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
                           context: Any) -> api_pb2.PreStartContainerResponse:
         return api_pb2.PreStartContainerResponse()
 
-    def _device_list(self, unhealthy: frozenset[str]) -> api_pb2.ListAndWatchResponse:
+    def _device_list(self, unhealthy: frozenset[str], held: bool) -> api_pb2.ListAndWatchResponse:
         response = api_pb2.ListAndWatchResponse()
         for u in self._plan.units:
-            bad = u.gpu in unhealthy or (u.mig is not None and u.mig in unhealthy)
+            bad = held or u.gpu in unhealthy or (u.mig is not None and u.mig in unhealthy)
             device = response.devices.add(ID=u.id, health=UNHEALTHY if bad else HEALTHY)
             if u.numa is not None and u.numa >= 0:
                 device.topology.nodes.add(ID=u.numa)
