@@ -148,6 +148,10 @@ BAD_NODES: list[tuple[str, Callable[[], object], str, str]] = [
      lambda: make_node("n1").gpus(1).mig(0, "4g.40gb", "1g.20gb", "1g.20gb", "1g.20gb").build(),
      "node n1: gpus[0] (GPU-n1-0)", "MIG layout ['4g.40gb', '1g.20gb', '1g.20gb', '1g.20gb'] needs 7/7 compute "
                                     "slices and 10/8 memory slices"),
+    ("a MIG profile more often than the GPU has instances of it is rejected",
+     lambda: make_node("n1").gpus(1).mig(0, "1g.10gb+me", "1g.10gb+me").build(),
+     "node n1: gpus[0] (GPU-n1-0)", "MIG layout ['1g.10gb+me', '1g.10gb+me'] has 2 x 1g.10gb+me; "
+                                    "H100-80GB allows at most 1"),
     ("a MIG slice of another model is rejected",
      lambda: make_node("n1").gpus(2, model="A100-40GB", mem_gib=40).mig(1, "1g.20gb").build(),
      "node n1: gpus[1] (GPU-n1-1)", "MIG profile '1g.20gb' does not exist on A100-40GB"),

@@ -82,10 +82,15 @@ def check_profile(profile: str, gpu_model: str | None, where: str) -> None:
 
 
 def check_layout(slices: tuple[str, ...], gpu_model: str, where: str) -> None:
-    """A carved layout must use profiles of the model and fit in 7 compute slices and 8 memory eighths."""
+    """A carved layout must use profiles of the model, each at most its instance count (one `+me`:
+    `nvidia-smi mig -lgip` on an H100 lists 1/1), and fit in 7 compute slices and 8 memory eighths."""
     table = profiles_for(gpu_model)
     for s in slices:
         check_profile(s, gpu_model, where)
+    for name in dict.fromkeys(slices):
+        if slices.count(name) > table[name].max_instances:
+            raise ModelError(where, f"MIG layout {list(slices)} has {slices.count(name)} x {name}; "
+                                    f"{gpu_model} allows at most {table[name].max_instances}")
     compute = sum(table[s].compute_slices for s in slices)
     memory = sum(table[s].memory_eighths for s in slices)
     if compute > 7 or memory > 8:
