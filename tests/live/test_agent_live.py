@@ -24,7 +24,7 @@ from typing import Iterator
 
 import pytest
 
-from gpufleet.agent import configsource, fake
+from gpufleet.agent import configsource, fake, report
 from gpufleet.agent.runtime import Agent, AgentOptions
 from gpufleet.cli.agent_api import AgentNodeApi
 from gpufleet.cli.main import main
@@ -147,9 +147,12 @@ def test_the_agent_labels_its_node_and_reports_an_xid_as_condition_and_taint(
             assert bad in _condition(node)["message"] and "xid-79" in _condition(node)["message"]
             assert node["spec"]["taints"] == [FOREIGN_TAINT, {"key": f"unhealthy.gpufleet.io/{bad}", "value": "xid-79",
                                                               "effect": "PreferNoSchedule"}]
-            # the kubelet's conditions (KWOK's) are all still there, as they were
-            kept = {c["type"]: c["status"] for c in node["status"]["conditions"] if c["type"] != "GpuUnhealthy"}
+            # the kubelet's conditions (KWOK's) are all still there, as they were, beside the agent's two
+            ours = (report.CONDITION_TYPE, report.MPS_CONDITION_TYPE)
+            kept = {c["type"]: c["status"] for c in node["status"]["conditions"] if c["type"] not in ours}
             assert kept == {c["type"]: c["status"] for c in kubelet_conditions} and kept["Ready"] == "True"
+            mps = {c["type"]: c for c in node["status"]["conditions"]}[report.MPS_CONDITION_TYPE]
+            assert (mps["status"], mps["reason"]) == ("False", "MpsNotManaged")  # no sharing.mps in FRACTIONS
             unhealthy = [g.uuid for g in ann.decode_inventory(node["metadata"]["annotations"][ann.INVENTORY_ANNOTATION])
                          if not g.healthy]
             assert unhealthy == [bad]
