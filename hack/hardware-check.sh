@@ -33,6 +33,27 @@ show nvidia-smi mig -lgipp
 show ls -l /dev/nvidia* /dev/nvidia-caps
 show which nvidia-cuda-mps-control nvidia-cuda-mps-server
 
+step "NUMA and machine type, as the agent reads them"
+for d in /sys/bus/pci/devices/*; do
+    [ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] && echo "$d: numa_node=$(cat "$d/numa_node" 2>&1) class=$(cat "$d/class")"
+done
+echo "dmi product_name: $(cat /sys/class/dmi/id/product_name 2>&1)"
+ls /sys/devices/system/node/ 2>&1 | tr '\n' ' '; echo
+timeout 30 "$PY" - <<'PY'
+import pynvml as n
+n.nvmlInit()
+h = n.nvmlDeviceGetHandleByIndex(0)
+for call in ("nvmlDeviceGetNumaNodeId",):
+    try:
+        print(call, "->", getattr(n, call)(h))
+    except Exception as e:  # noqa: BLE001 - a probe: print what the driver says
+        print(call, "->", type(e).__name__, e)
+try:
+    print("nvmlDeviceGetCpuAffinity(1 word) ->", [hex(w) for w in n.nvmlDeviceGetCpuAffinity(h, 1)])
+except Exception as e:  # noqa: BLE001
+    print("nvmlDeviceGetCpuAffinity ->", type(e).__name__, e)
+PY
+
 step "gpufleet agent inventory / labels on NVML"
 timeout 60 "$GF" agent inventory --json "${FAKE_ARGS[@]}" >"$OUT/inventory.json" 2>"$WORK/inv.err"
 echo "[rc=$?]"; cat "$WORK/inv.err"; cat "$OUT/inventory.json"
