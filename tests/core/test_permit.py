@@ -104,3 +104,63 @@ def test_permit_reads_the_cycles_clock_and_the_usage_with_the_pod_tentatively_pl
     assert early.unschedulable[pods[2].uid].reasons == ("3 GPUs over budget",)
     late = schedule(snap, pods, profile, now=100.0, rng=random.Random(0))
     assert len(late.binds) == 3 and not late.unschedulable
+
+
+class GangRecorder:
+    """Permits everything; records what permit, reserve and unreserve are shown."""
+
+    name = "GangRecorder"
+
+    def __init__(self) -> None:
+        self.permits: list[tuple[str, int]] = []
+        self.reserved: list[tuple[str, int]] = []
+        self.unreserved: list[tuple[str, int]] = []
+        self.views: set[int] = set()
+
+    def permit(self, state: CycleState, pod: PodSpec, placed_in_group: int, view: View) -> Status:
+        self.permits.append((pod.name, placed_in_group))
+        return OK
+
+    def reserve(self, state: CycleState, pod: PodSpec, view: View, node: int) -> None:
+        self.reserved.append((pod.name, node))
+        self.views.add(id(view))
+
+    def unreserve(self, state: CycleState, pod: PodSpec, view: View, node: int) -> None:
+        self.unreserved.append((pod.name, node))
+        self.views.add(id(view))
+
+    def score(self, state: CycleState, pod: PodSpec, view: View, nodes):  # type: ignore[no-untyped-def]
+        import numpy as np
+        return np.zeros(len(nodes))
+
+
+def test_a_rolled_back_gang_is_unreserved_on_its_nodes_and_counted_from_zero_when_tried_again() -> None:
+    """The gang does not fit beside the low pods (2 of 3 placed, rolled back), then fits with them
+    evicted: unreserve undoes each tentative member on its node, with the cycle's view, and the
+    members counted for permit start from zero again."""
+    from gpufleet.core.queued import QueueContext
+    from gpufleet.framework.queueing import QueueingConfig
+    from gpufleet.model import PodGroup, QueueTree
+
+    recorder = GangRecorder()
+    registry = dict(default_registry())
+    registry["GangRecorder"] = Entry(lambda _args, _ctx: recorder)
+    plain = build_profile(ProfileSettings())
+    snap = ClusterSnapshot.build([make_node(n).gpus(2).label("host", n).build() for n in ("n0", "n1")],
+                                 pod_groups=[PodGroup("g", 3)])
+    low = [make_pod(f"low{i}").gpus(1).priority(0).selector("host", "n1").build() for i in range(2)]
+    started = schedule(snap, low, plain, now=0.0, rng=random.Random(0))
+    assert len(started.binds) == 2
+    snap = snap.apply(started.binds)
+    profile = build_profile(ProfileSettings(scores=(ScoreRef("GangRecorder"),),
+                                            queueing=QueueingConfig(order="priority", preemption=True)),
+                            registry=registry)
+    gang = [make_pod(f"m{i}").gpus(1).priority(10).gang("g").build() for i in range(3)]
+    result = schedule(snap, gang, profile, now=1000.0, rng=random.Random(0), queues=QueueContext(QueueTree.build(())))
+    assert result.evictions and len(result.nominated) == 3
+    first = recorder.reserved[:2]
+    assert recorder.unreserved[:2] == list(reversed(first))  # rolled back last placed first, on its node
+    # m0 and m1 placed, m2 does not fit: rolled back; then tried with victims, counting from 1 again
+    # (m2 is nominated behind the evictions; it goes through permit when it binds, in a later cycle)
+    assert recorder.permits == [("m0", 1), ("m1", 2), ("m0", 1), ("m1", 2)]
+    assert len(recorder.views) == 1

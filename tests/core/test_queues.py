@@ -408,9 +408,13 @@ def test_without_queues_the_plain_loop_is_taken_only_where_it_binds_the_same() -
     pods = [make_pod("a").created(0.0).build()]
     assert plain_without_queues(QueueingConfig(), pods, 10.0)
     assert plain_without_queues(QueueingConfig(order="fair", reclaim=True), pods, 10.0)
+    assert plain_without_queues(QueueingConfig(order="priority", reclaim=True), pods, 10.0)
     assert not plain_without_queues(QueueingConfig(order="fair", preemption=True), pods, 10.0)
     assert not plain_without_queues(QueueingConfig(order="fifo"), pods, 10.0)
     assert not plain_without_queues(QueueingConfig(order="las"), pods, 10.0)
     bound = QueueingConfig(order="fair", starvation_bound_seconds=60.0)
     assert plain_without_queues(bound, pods, 59.0)
     assert not plain_without_queues(bound, pods, 60.0)  # nodes may be held for the starving pod
+    assert not plain_without_queues(QueueingConfig(order="fair", starvation_bound_seconds=1.0), pods, 1.0)
+    late = [make_pod("b").created(30.0).build()]
+    assert plain_without_queues(bound, late, 60.0)  # waited 30 s of the 60

@@ -171,6 +171,26 @@ def test_running_members_count_toward_min_member() -> None:
     assert _why(result) == {"g0": ("pod group default/g: only 1 of minMember 3 pods could be placed together",)}
 
 
+def test_a_failed_gang_counts_its_running_members_in_what_it_says() -> None:
+    running = [_hold("old0", "a", (0,), group="default/g")]
+    snap = _snap([make_node("a").gpus(2).build()], running, [PodGroup("g", 4)])
+    result = _run(snap, _gang(3), "MostAllocated")
+    assert result.binds == ()
+    assert _why(result)["g0"] == ("pod group default/g: only 2 of minMember 4 pods could be placed together",)
+
+
+@pytest.mark.parametrize(("running_members", "placed"), [(0, 3), (2, 1), (3, 0)])
+def test_a_gang_places_members_only_up_to_max_member_counting_those_running(running_members: int,
+                                                                           placed: int) -> None:
+    """maxMember 3 on an 8-GPU node: room for 3 - running; every member past it says why (plugin Gang)."""
+    running = [_hold(f"old{i}", "a", (i,), group="default/g") for i in range(running_members)]
+    snap = _snap([make_node("a").gpus(8).build()], running, [PodGroup("g", 1, max_member=3)])
+    result = _run(snap, _gang(4), "MostAllocated")
+    assert sorted(_where(result)) == [f"g{i}" for i in range(placed)]
+    over = Status(Code.UNSCHEDULABLE, ("pod group default/g already has maxMember 3 pods running or placed",), "Gang")
+    assert dict(result.unschedulable) == {PodUid(f"default/g{i}"): over for i in range(placed, 4)}
+
+
 def test_a_gang_without_a_pod_group_needs_all_its_pending_members() -> None:
     snap = _snap([make_node("a").gpus(2).build()])
     result = _run(snap, _gang(3))
@@ -252,3 +272,28 @@ def test_schedule_never_mutates_the_snapshot_and_repeats_exactly() -> None:
     assert _run(snap, pods, "MostAllocated", "Topology") == first
     assert len(first.binds) + len(first.unschedulable) == len(pods)
 
+
+
+# -- score weights -------------------------------------------------------------------------------
+
+def _weighted(snap: ClusterSnapshot, pods: Sequence[PodSpec], *scores: tuple[str, float]) -> CycleResult:
+    profile = build_profile(ProfileSettings(scores=tuple(ScoreRef(name, weight) for name, weight in scores)))
+    return schedule(snap, pods, profile, now=0.0, rng=random.Random(0))
+
+
+def _busy_and_empty() -> ClusterSnapshot:
+    """Node a has 3 of its 4 GPUs in use, node b none."""
+    nodes = [make_node("a").gpus(4).build(), make_node("b").gpus(4).build()]
+    return _snap(nodes, [_hold(f"r{i}", "a", (i,)) for i in range(3)])
+
+
+def test_score_weights_decide_between_scorers_that_disagree() -> None:
+    pod = make_pod("p").gpus(1).build()
+    assert _where(_weighted(_busy_and_empty(), [pod], ("MostAllocated", 3), ("LeastAllocated", 1))) == {"p": "a"}
+    assert _where(_weighted(_busy_and_empty(), [pod], ("MostAllocated", 1), ("LeastAllocated", 3))) == {"p": "b"}
+
+
+def test_a_scorer_of_weight_zero_has_no_say() -> None:
+    pod = make_pod("p").gpus(1).build()
+    assert _where(_weighted(_busy_and_empty(), [pod], ("LeastAllocated", 0))) == {"p": "a"}  # the first node
+    assert _where(_weighted(_busy_and_empty(), [pod], ("LeastAllocated", 1))) == {"p": "b"}
