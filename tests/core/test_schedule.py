@@ -290,10 +290,44 @@ def _busy_and_empty() -> ClusterSnapshot:
 def test_score_weights_decide_between_scorers_that_disagree() -> None:
     pod = make_pod("p").gpus(1).build()
     assert _where(_weighted(_busy_and_empty(), [pod], ("MostAllocated", 3), ("LeastAllocated", 1))) == {"p": "a"}
-    assert _where(_weighted(_busy_and_empty(), [pod], ("MostAllocated", 1), ("LeastAllocated", 3))) == {"p": "b"}
+    assert _where(_weighted(_busy_and_empty(), [pod], ("MostAllocated", 1), ("LeastAllocated", 2))) == {"p": "b"}
 
 
 def test_a_scorer_of_weight_zero_has_no_say() -> None:
     pod = make_pod("p").gpus(1).build()
     assert _where(_weighted(_busy_and_empty(), [pod], ("LeastAllocated", 0))) == {"p": "a"}  # the first node
     assert _where(_weighted(_busy_and_empty(), [pod], ("LeastAllocated", 1))) == {"p": "b"}
+
+
+# -- filters and the failure cache -----------------------------------------------------------------
+
+def test_a_failure_is_not_reused_for_a_pod_that_differs_only_in_its_node_selector() -> None:
+    snap = _snap([make_node("a").gpus(1).label("zone", "x").build()])
+    nowhere = make_pod("nowhere").gpus(1).selector("zone", "y").created(0.0).build()
+    here = make_pod("here").gpus(1).selector("zone", "x").created(1.0).build()
+    result = _run(snap, [nowhere, here])
+    assert _where(result) == {"here": "a"} and list(_why(result)) == ["nowhere"]
+
+
+@pytest.mark.parametrize("filters", [
+    ("NodeResourcesFit", "TaintToleration", "NodeAffinity", "GpuFit"),
+    ("NodeAffinity", "NodeResourcesFit", "GpuFit"),  # first, the mask NodeAffinity keeps per selector
+])
+def test_one_pods_filters_do_not_narrow_the_next_pods_nodes(filters: tuple[str, ...]) -> None:
+    """Pod `big` fits only on b; `small`, with the same selector, must still see a (the busier node):
+    the cycle never changes a mask a plugin returned (a plugin may keep it for the next pod)."""
+    nodes = [make_node(n).gpus(4).label("zone", "x").build() for n in ("a", "b")]
+    snap = _snap(nodes, [_hold(f"r{i}", "a", (i,)) for i in range(3)])
+    big = make_pod("big").gpus(2).selector("zone", "x").created(0.0).build()
+    small = make_pod("small").gpus(1).selector("zone", "x").created(1.0).build()
+    profile = build_profile(ProfileSettings(filters=filters, scores=(ScoreRef("MostAllocated"),)))
+    result = schedule(snap, [big, small], profile, now=0.0, rng=random.Random(0))
+    assert _where(result) == {"big": "b", "small": "a"}
+
+
+def test_without_filters_every_node_is_feasible_and_gpus_are_still_given_out() -> None:
+    profile = build_profile(ProfileSettings(filters=()))
+    assert profile.device_picker is None
+    snap = _snap([make_node("a").gpus(2).build(), make_node("b").gpus(2).build()])
+    result = schedule(snap, [make_pod("p").gpus(1).build()], profile, now=0.0, rng=random.Random(0))
+    assert [(b.node, b.gpus) for b in result.binds] == [("a", (0,))]
