@@ -29,6 +29,22 @@ def test_inventory_table_has_a_line_per_gpu(capsys: pytest.CaptureFixture[str]) 
     assert len(lines) == 5 and "nvlink=nvl1" in lines[-1]
 
 
+def test_inventory_table_says_what_is_unknown_in_words(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """As on the H100 VM of docs/hardware.md: no DMI product name, no NUMA node (sysfs -1)."""
+    import yaml
+    from gpufleet.agent import fake
+    data = yaml.safe_load(Path(fake.__file__).with_name("fixtures").joinpath("h100-nvl-pairs.yaml").read_text())
+    del data["system"]["machine"]
+    for gpu in data["gpus"]:
+        gpu.pop("numaNode")
+    fixture = tmp_path / "vm.yaml"
+    fixture.write_text(yaml.safe_dump(data))
+    assert main(["agent", "inventory", "--fake", str(fixture)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("machine unknown (no DMI product name)")
+    assert " numa=- " in lines[1] and "None" not in "".join(lines)
+
+
 def test_labels_prints_labels_annotation_and_capacity(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("gpufleet: {fractions: true}")

@@ -122,10 +122,10 @@ def _inventory(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(inventory.to_json(inv), indent=2))
         return 0
-    print(f"driver {inv.driver_version}, CUDA {inv.cuda_version[0]}.{inv.cuda_version[1]}, machine {inv.machine or '?'}")
+    print(f"driver {inv.driver_version}, CUDA {inv.cuda_version[0]}.{inv.cuda_version[1]}, machine {inv.machine or 'unknown (no DMI product name)'}")
     for g in inv.gpus:
         mig = ",".join(s.profile for s in g.mig_slices) if g.mig_enabled else "-"
-        print(f"{g.index:>3} {g.uuid} {g.product} {g.mem_mib} MiB numa={g.numa_node} "
+        print(f"{g.index:>3} {g.uuid} {g.product} {g.mem_mib} MiB numa={'-' if g.numa_node is None else g.numa_node} "
               f"nvlink={g.nvlink_domain or '-'} mig={mig}")
     return 0
 
