@@ -20,6 +20,7 @@ from gpufleet.agent import allocate as alloc
 from gpufleet.agent import config as cfg
 from gpufleet.agent import configsource, fake, health, mps
 from gpufleet.agent.inventory import inventory
+from gpufleet.agent.backend import BackendError
 from gpufleet.agent.metrics import AgentMetrics
 from gpufleet.agent.mps_daemon import MpsControl, MpsSupervisor, backoff_s
 from gpufleet.agent.plan import Kind, plan_resources
@@ -200,6 +201,22 @@ def test_a_missing_control_program_holds_the_resource_and_says_which(
     clock.now += 1
     s.sync()
     assert "attempt 3, next in 2 s" in board.held()[spec.resource]
+
+
+def test_a_refused_compute_mode_keeps_the_daemon_down_and_names_the_way_out(
+        supervisor: Callable[..., Parts], spec: mps.MpsDaemonSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    s, backend, board, _, _ = supervisor()
+
+    def refuse(gpu: str, exclusive: bool) -> None:
+        raise BackendError("nvmlDeviceSetComputeMode failed: Insufficient Permissions")
+
+    monkeypatch.setattr(backend, "set_exclusive_process", refuse)
+    s.apply((spec,))
+    s.sync()
+    reason = board.held()[spec.resource]
+    assert f"cannot put {spec.gpus[0]} in EXCLUSIVE_PROCESS compute mode" in reason
+    assert "Insufficient Permissions" in reason and "gpufleet.mps.exclusiveProcess: false" in reason
+    assert not (Path(spec.pipe_dir) / "nvidia-cuda-mps-control.pid").exists()  # no daemon without it
 
 
 def test_a_killed_daemon_holds_the_resource_until_it_is_restarted_with_its_defaults(

@@ -212,7 +212,11 @@ class MpsSupervisor:
         try:
             if spec.exclusive_process:
                 for gpu in spec.gpus:
-                    self._backend.set_exclusive_process(gpu, True)
+                    try:
+                        self._backend.set_exclusive_process(gpu, True)
+                    except BackendError as exc:
+                        raise MpsError(f"cannot put {gpu} in EXCLUSIVE_PROCESS compute mode ({exc}); "
+                                       "gpufleet.mps.exclusiveProcess: false runs MPS without it") from None
             if not self._answers(d):
                 self._reap(d)
                 d.control.start()
