@@ -101,8 +101,9 @@ def output_dir(path: Path, flag: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpufleet",
-        description="GPU-aware scheduling for Kubernetes: the trace simulator and the node agent.",
-        epilog="Docs: README.md and docs/ (simulator.md, concepts.md, agent.md).")
+        description="GPU-aware scheduling for Kubernetes: the live scheduler, the node agent, the trace "
+                    "simulator with its experiments, and the autoscaling planner (with Karpenter).",
+        epilog="Docs: README.md and docs/ (concepts.md, scheduler.md, agent.md, simulator.md, autoscaling.md).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_parser(sub)
