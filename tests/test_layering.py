@@ -6,7 +6,8 @@ The three layer-3 drivers do not import each other. The autoscaling planner is p
 core, and runs inside the scheduler and the simulator (DESIGN.md), so those drivers may call it;
 it imports no driver. `testing` (builders and fakes) may import
 anything except cli/web, and only cli/web may import it. The root `gpufleet` package counts
-as layer 0. Every import counts: inside functions and `if TYPE_CHECKING:` blocks too.
+as layer 0; `gpufleet.__main__` (`python -m gpufleet`) sits above cli. Every import counts: inside
+functions and `if TYPE_CHECKING:` blocks too.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGES = {"model": 0, "framework": 1, "core": 2, "autoscale": 2.5, "sim": 3, "kube": 3, "agent": 3,
-            "testing": 3.5, "cli": 4, "web": 4}
+            "testing": 3.5, "cli": 4, "web": 4, "__main__": 5}
 DRIVERS = {"sim", "kube", "agent"}
 
 

@@ -63,7 +63,7 @@ def install_gpufleet(cluster: Cluster) -> None:
 def _established(admin: KubeClient, name: str) -> bool:
     crd = admin.get("customresourcedefinitions", name) or {}
     return any(c.get("type") == "Established" and c.get("status") == "True"
-               for c in (crd.get("status") or {}).get("conditions", []))
+               for c in (crd.get("status") or {}).get("conditions") or [])  # null until the controller looks
 
 
 def scheduler_kubeconfig(cluster: Cluster, path: Path) -> Path:
