@@ -3,6 +3,7 @@
 #   kube-apiserver, kube-controller-manager, kube-scheduler  k8s.io/kubernetes   (hack/kube/kubernetes)
 #   etcd                                                   go.etcd.io/etcd/server/v3  (hack/kube/etcd)
 #   kwok                                                   sigs.k8s.io/kwok     (hack/kube/kwok)
+#   helm (for the chart tests)                             helm.sh/helm/v3      (hack/kube/helm)
 #   karpenter-kwok (Karpenter's KWOK provider)             sigs.k8s.io/karpenter (hack/kube/karpenter)
 # into $GPUFLEET_KUBE_CACHE/<versions>/bin (default ~/.cache/gpufleet/kube), outside the
 # repository. Only missing binaries are built; each build prints its time. Prints the bin
@@ -68,5 +69,26 @@ crds() {
     echo "kube: copied karpenter CRDs in $((SECONDS - start)) s"
 }
 crds
+
+# helm, for the chart's tests (charts/gpufleet): in a directory of its own version, so that the
+# control plane's cache key (and its 11-17 minute build) does not depend on it.
+HELM_BIN="${GPUFLEET_KUBE_CACHE:-$HOME/.cache/gpufleet/kube}/helm-v${HELM_VERSION}/bin"
+mkdir -p "$HELM_BIN"
+if [ -x "$HELM_BIN/helm" ]; then
+    echo "kube: helm present"
+else
+    echo "kube: building helm (helm.sh/helm/v3/cmd/helm v$HELM_VERSION) ..."
+    start=$SECONDS
+    # As helm's Makefile: the default Kubernetes version (template, lint) is that of its client-go.
+    client_go=$(cd "$HERE/helm" && go list -f '{{.Version}}' -m k8s.io/client-go)  # v0.N.x -> 1.N
+    k8s_minor=$(echo "$client_go" | cut -d. -f2)
+    helm_ldflags="-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
+    for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+        helm_ldflags="$helm_ldflags -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$k8s_minor"
+    done
+    (cd "$HERE/helm" && go build -o "$HELM_BIN/helm.partial" -ldflags "-s -w $helm_ldflags" helm.sh/helm/v3/cmd/helm)
+    mv "$HELM_BIN/helm.partial" "$HELM_BIN/helm"
+    echo "kube: built helm in $((SECONDS - start)) s"
+fi
 echo "kube: control plane ready in $((SECONDS - total)) s"
 echo "$BIN"

@@ -75,3 +75,26 @@ def binary(name: str, environ: Mapping[str, str] = os.environ) -> Path:
                               f"`make kube` in the gpufleet checkout ({REPO}); it needs Go and the Go module "
                               "proxy and takes about 25 minutes on 2 cores the first time")
     return path
+
+
+def helm(environ: Mapping[str, str] = os.environ) -> Path:
+    """helm for the chart tests: `make kube` builds it into `<cache>/helm-v<HELM_VERSION>/bin`
+    (`GPUFLEET_HELM` names another binary); raises MissingBinaries saying how to build it."""
+    if environ.get("GPUFLEET_HELM"):
+        path = Path(environ["GPUFLEET_HELM"])
+    else:
+        version = _value(VERSIONS_FILE, "HELM_VERSION")
+        cache = Path(environ.get("GPUFLEET_KUBE_CACHE") or Path.home() / ".cache" / "gpufleet" / "kube")
+        path = cache / f"helm-v{version}" / "bin" / "helm"
+    if not os.access(path, os.X_OK):
+        raise MissingBinaries(f"helm is not built: expected {path}. Build it with `make kube` in the gpufleet "
+                              f"checkout ({REPO}), which builds it from its Go module after the control plane")
+    return path
+
+
+def _value(path: Path, name: str) -> str:
+    for line in path.read_text().splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key.strip() == name:
+            return value.strip()
+    raise MissingBinaries(f"{path}: no {name}= line")

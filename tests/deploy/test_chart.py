@@ -1,0 +1,161 @@
+"""charts/gpufleet with the real helm (built by `make kube`): it lints, and with its defaults it
+renders the objects of deploy/ (`kubectl kustomize`), apart from Helm's own labels; its values
+change what they say and nothing else.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpufleet.testing.cluster.binaries import helm, read_versions
+from tests.deploy import manifests
+from tests.deploy.manifests import DEPLOY, NAMESPACE, ROOT, Obj
+
+CHART = ROOT / "charts" / "gpufleet"
+KUBE = read_versions().kubernetes
+"""Render for the Kubernetes version the live tests run (hack/kube/versions.env)."""
+HELM_ONLY_LABELS = ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "helm.sh/chart")
+
+
+def _helm(*args: str) -> str:
+    done = subprocess.run([str(helm()), *args], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr or done.stdout
+    return done.stdout
+
+
+def render(*sets: str, namespace: str = NAMESPACE) -> list[Obj]:
+    args = ["template", "gpufleet", str(CHART), "--namespace", namespace, "--include-crds", "--kube-version", KUBE]
+    for s in sets:
+        args += ["--set", s]
+    return [doc for doc in yaml.safe_load_all(_helm(*args)) if doc]
+
+
+def _without_helm_labels(obj: Obj) -> Obj:
+    def strip(meta: dict[str, Any]) -> None:
+        labels = meta.get("labels") or {}
+        for k in HELM_ONLY_LABELS:
+            labels.pop(k, None)
+    strip(obj["metadata"])
+    template = obj.get("spec", {}).get("template")
+    if isinstance(template, dict) and "metadata" in template:
+        strip(template["metadata"])
+    return obj
+
+
+def _by_key(objs: list[Obj]) -> dict[str, Obj]:
+    return {manifests.key(o): o for o in objs}
+
+
+def _find(objs: list[Obj], kind: str, name: str) -> Obj:
+    return manifests.find(objs, kind, name)
+
+
+def _container(obj: Obj) -> dict[str, Any]:
+    c: dict[str, Any] = obj["spec"]["template"]["spec"]["containers"][0]
+    return c
+
+
+def test_helm_lint_passes_strict() -> None:
+    out = _helm("lint", "--strict", "--kube-version", KUBE, str(CHART))
+    assert "0 chart(s) failed" in out
+
+
+def test_with_its_defaults_the_chart_renders_the_objects_of_deploy() -> None:
+    chart = _by_key([_without_helm_labels(o) for o in render("namespace.create=true")])
+    base = _by_key(manifests.render_base())
+    assert sorted(chart) == sorted(base)
+    for k, obj in base.items():
+        assert chart[k] == obj, k
+
+
+def test_helm_adds_its_labels_but_keeps_every_selector_as_deploy_has_it() -> None:
+    for obj in render():
+        labels = obj["metadata"]["labels"]
+        if obj["kind"] != "CustomResourceDefinition":  # crds/ is installed as written, not templated
+            assert labels["app.kubernetes.io/managed-by"] == "Helm" and labels["app.kubernetes.io/part-of"] == "gpufleet"
+    base = _by_key(manifests.render_base())
+    for obj in render():
+        selector = obj.get("spec", {}).get("selector")
+        if selector is not None:
+            assert selector == base[manifests.key(obj)]["spec"]["selector"], manifests.key(obj)
+
+
+def test_the_shipped_profile_and_agent_config_are_deploys_files() -> None:
+    assert (CHART / "files" / "profile.yaml").read_text() == (DEPLOY / "scheduler" / "profile.yaml").read_text()
+    assert (CHART / "files" / "agent-config.yaml").read_text() == (DEPLOY / "agent" / "config.yaml").read_text()
+
+
+def test_every_rendered_object_validates_against_the_kubernetes_schemas() -> None:
+    for obj in render("namespace.create=true", "karpenter.enabled=true"):
+        assert manifests.validate_builtin(obj) == manifests.KUBE_VERSION.rsplit(".", 1)[0]  # raises when invalid
+
+
+def test_the_release_namespace_is_used_everywhere_and_the_namespace_is_made_only_when_asked() -> None:
+    objs = render(namespace="gpu-team")
+    assert not [o for o in objs if o["kind"] == "Namespace"]
+    namespaced = [o for o in objs if "namespace" in o["metadata"]]
+    assert namespaced and {o["metadata"]["namespace"] for o in namespaced} == {"gpu-team"}
+    args = _container(_find(objs, "Deployment", "gpufleet-scheduler"))["command"]
+    assert args[args.index("--lease-namespace") + 1] == "gpu-team"
+    for binding in (o for o in objs if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        assert {s["namespace"] for s in binding["subjects"]} == {"gpu-team"}
+    (ns,) = [o for o in render("namespace.create=true", namespace="gpu-team") if o["kind"] == "Namespace"]
+    assert ns["metadata"]["name"] == "gpu-team"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_values_set_image_replicas_resources_and_karpenter() -> None:
+    objs = render("image.repository=registry.example/gpufleet", "image.tag=dev", "scheduler.replicas=3",
+                  "scheduler.resources.limits.memory=4Gi", "karpenter.enabled=true")
+    scheduler = _find(objs, "Deployment", "gpufleet-scheduler")
+    assert scheduler["spec"]["replicas"] == 3
+    c = _container(scheduler)
+    assert c["image"] == "registry.example/gpufleet:dev" and c["resources"]["limits"]["memory"] == "4Gi"
+    assert "--karpenter" in c["command"]
+    assert _container(_find(objs, "DaemonSet", "gpufleet-agent"))["image"] == "registry.example/gpufleet:dev"
+    default = render()
+    assert "--karpenter" not in _container(_find(default, "Deployment", "gpufleet-scheduler"))["command"]
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert _container(_find(default, "Deployment", "gpufleet-scheduler"))["image"].endswith(f":{version}")
+
+
+def test_karpenter_rules_go_only_when_neither_flag_nor_rbac_asks_for_them() -> None:
+    def groups(objs: list[Obj]) -> set[str]:
+        role = _find(objs, "ClusterRole", "gpufleet-scheduler")
+        return {g for rule in role["rules"] for g in rule["apiGroups"]}
+    assert "karpenter.sh" in groups(render())
+    assert "karpenter.sh" not in groups(render("karpenter.rbac=false"))
+    assert "karpenter.sh" in groups(render("karpenter.rbac=false", "karpenter.enabled=true"))
+
+
+def test_the_agent_mounts_the_mps_root_its_config_names(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"agent": {"config": "version: v1\nflags: {mpsRoot: /var/run/gpu-mps/}\n"
+                                                          "sharing: {mps: {resources: [{name: nvidia.com/gpu, "
+                                                          "replicas: 4}]}}\n"}}))
+    objs = [doc for doc in yaml.safe_load_all(_helm("template", "gpufleet", str(CHART), "-n", NAMESPACE,
+                                                    "-f", str(values))) if doc]
+    agent = _find(objs, "DaemonSet", "gpufleet-agent")
+    mounts = {m["name"]: m["mountPath"] for m in _container(agent)["volumeMounts"]}
+    paths = {v["name"]: v["hostPath"]["path"] for v in agent["spec"]["template"]["spec"]["volumes"] if "hostPath" in v}
+    assert (mounts["mps-root"], paths["mps-root"]) == ("/var/run/gpu-mps", "/var/run/gpu-mps")
+    assert (mounts["mps-shm"], paths["mps-shm"]) == ("/dev/shm", "/var/run/gpu-mps/shm")
+    config = _find(objs, "ConfigMap", "gpufleet-agent-config")["data"]["default.yaml"]
+    assert "mpsRoot: /var/run/gpu-mps/" in config
+
+
+@pytest.mark.parametrize(("bad", "says"), [
+    ("scheduler.replicas=two", "/scheduler/replicas"),
+    ("scheduler.replica=2", "replica"),
+    ("karpenter.enabled=maybe", "/karpenter/enabled"),
+    ("agent.config=flags: [unclosed", "agent.config is not a YAML mapping"),
+])
+def test_bad_values_fail_the_render_and_name_the_value(bad: str, says: str) -> None:
+    done = subprocess.run([str(helm()), "template", "gpufleet", str(CHART), "-n", NAMESPACE, "--set", bad],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0 and says in done.stderr, done.stderr
