@@ -331,6 +331,9 @@ def test_killing_the_daemon_flips_the_condition_and_stops_new_mps_allocations_un
 
     update = ep.wait_list(lambda u: _health(u) == {"Unhealthy"})
     assert len(update.devices) == 32
+    devices = {"resource": "nvidia.com/gpu", "health": "Unhealthy"}
+    _wait(lambda: agent.metrics.registry.get_sample_value("gpufleet_agent_devices", devices) == 32,
+          "the device metric to count the held replicas Unhealthy")
     with pytest.raises(Exception) as info:
         ep.allocate([ids[0]])
     assert "no new MPS clients until the MPS control daemon of nvidia.com/gpu is back" in str(info.value)

@@ -255,8 +255,13 @@ class Agent:
                 log.exception("MPS supervision cycle failed; retrying")
 
     def _update_device_metrics(self, unhealthy: frozenset[str]) -> None:
+        """As ListAndWatch advertises them: a resource whose MPS daemon is down is all Unhealthy."""
         self.metrics.clear_devices()
+        held = self.board.held()
         for p in self.plugins:
+            if mps.daemon_resource(p.plan, self.loaded.config) in held:
+                self.metrics.set_devices(p.plan.resource, 0, len(p.plan.units))
+                continue
             bad = sum(1 for u in p.plan.units if u.gpu in unhealthy or u.mig in unhealthy)
             self.metrics.set_devices(p.plan.resource, len(p.plan.units) - bad, bad)
 
