@@ -76,16 +76,9 @@ gpufleet:
     manageDaemon: false
 EOF
 
-# One agent run against the kubelet test peer: register, ListAndWatch, Allocate; then SIGTERM.
-# $1: label, $2..: extra agent arguments. Prints the Allocate answer as JSON to $WORK/<label>.alloc.json.
-agent_run() {
-    local label=$1; shift
-    local dir="$WORK/$label-dp"; mkdir -p "$dir"
-    step "gpufleet agent run ($label) on NVML, kubelet test peer"
-    "$GF" agent run "${FAKE_ARGS[@]}" --node-name hw-check --kubelet-dir "$dir" --metrics-port 19402 \
-        --state-file "$WORK/$label.node.json" --log-level DEBUG "$@" >"$WORK/$label.agent.log" 2>&1 &
-    local pid=$!
-    timeout 60 "$PY" - "$dir" "$WORK/$label.alloc.json" <<'PY'
+# The kubelet test peer: register, ListAndWatch, Allocate the first device ID. $1: plugin dir, $2: JSON out.
+peer() {
+    timeout 60 "$PY" - "$1" "$2" <<'PY'
 import json, sys
 from pathlib import Path
 from google.protobuf.json_format import MessageToDict
@@ -105,9 +98,39 @@ finally:
     kubelet.stop()
 PY
     echo "[peer rc=$?]"
+}
+
+# The CUDA_* exports a container gets from an Allocate answer (JSON $1), with host paths for mounts.
+alloc_env() {
+    "$PY" - "$1" <<'PY'
+import json, sys
+answer = json.load(open(sys.argv[1]))["containerResponses"][0]
+envs = dict(answer.get("envs", {}))
+mounts = {m["containerPath"]: m["hostPath"] for m in answer.get("mounts", [])}
+envs["CUDA_MPS_PIPE_DIRECTORY"] = mounts.get(envs.get("CUDA_MPS_PIPE_DIRECTORY", ""), "MISSING-MOUNT")
+envs["CUDA_VISIBLE_DEVICES"] = envs.get("NVIDIA_VISIBLE_DEVICES", "")
+for k, v in envs.items():
+    if k.startswith("CUDA_"):
+        print(f"export {k}={v}")
+PY
+}
+
+metrics() {  # $1: port, $2: egrep of the metric names to show
+    timeout 10 "$PY" -c 'import sys, urllib.request; print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode())' "$1" 2>&1 | grep -E "$2"
+}
+
+# One agent run against the kubelet test peer: register, ListAndWatch, Allocate; then SIGTERM.
+# $1: label, $2..: extra agent arguments. Prints the Allocate answer as JSON to $WORK/<label>.alloc.json.
+agent_run() {
+    local label=$1; shift
+    local dir="$WORK/$label-dp"; mkdir -p "$dir"
+    step "gpufleet agent run ($label) on NVML, kubelet test peer"
+    "$GF" agent run "${FAKE_ARGS[@]}" --node-name hw-check --kubelet-dir "$dir" --metrics-port 19402 \
+        --state-file "$WORK/$label.node.json" --log-level DEBUG "$@" >"$WORK/$label.agent.log" 2>&1 &
+    local pid=$!
+    peer "$dir" "$WORK/$label.alloc.json"
     echo "--- metrics (gpufleet_*, first 40)"
-    timeout 10 "$PY" -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:19402/metrics", timeout=5).read().decode())' 2>&1 \
-        | grep -E '^gpufleet_' | head -40
+    metrics 19402 '^gpufleet_' | head -40
     kill -TERM "$pid"; wait "$pid"; echo "[agent exit=$?]"
     echo "--- agent log"; cat "$WORK/$label.agent.log"
     echo "--- node state"; cat "$WORK/$label.node.json"; echo
@@ -156,17 +179,7 @@ mps get_server_list
 
 agent_run mps --config "$WORK/mps.yaml"
 step "MPS client with the environment the agent's Allocate returned"
-"$PY" - "$WORK/mps.alloc.json" "$MPS_ROOT" >"$WORK/mps.env" <<'PY'
-import json, sys
-answer = json.load(open(sys.argv[1]))["containerResponses"][0]
-envs = dict(answer.get("envs", {}))
-mounts = {m["containerPath"]: m["hostPath"] for m in answer.get("mounts", [])}
-envs["CUDA_MPS_PIPE_DIRECTORY"] = mounts.get(envs.get("CUDA_MPS_PIPE_DIRECTORY", ""), "MISSING-MOUNT")
-envs["CUDA_VISIBLE_DEVICES"] = envs.get("NVIDIA_VISIBLE_DEVICES", "")
-for k, v in envs.items():
-    if k.startswith("CUDA_"):
-        print(f"export {k}={v}")
-PY
+alloc_env "$WORK/mps.alloc.json" >"$WORK/mps.env"
 cat "$WORK/mps.env"
 (. "$WORK/mps.env"; client)
 mps get_server_list
@@ -233,38 +246,12 @@ ADIR="$WORK/agent-mps-dp"; mkdir -p "$ADIR"
 "$GF" agent run "${FAKE_ARGS[@]}" --node-name hw-check --kubelet-dir "$ADIR" --metrics-port 19403 \
     --state-file "$WORK/agent-mps.node.json" --config "$WORK/agent-mps.yaml" >"$WORK/agent-mps.log" 2>&1 &
 APID=$!
-timeout 60 "$PY" - "$ADIR" "$WORK/agent-mps.alloc.json" <<'PY'
-import json, sys
-from pathlib import Path
-from google.protobuf.json_format import MessageToDict
-from tests.agent.kubelet import FakeKubelet
-kubelet = FakeKubelet(Path(sys.argv[1])); kubelet.start()
-try:
-    endpoint = kubelet.endpoint("nvidia.com/gpu", timeout_s=30)
-    devices = endpoint.next_list(timeout_s=30).devices
-    print("first list:", [(d.ID, d.health) for d in devices])
-    answer = MessageToDict(endpoint.allocate([devices[0].ID]))
-    print("allocate envs:", answer["containerResponses"][0]["envs"])
-    Path(sys.argv[2]).write_text(json.dumps(answer))
-finally:
-    kubelet.stop()
-PY
-echo "[peer rc=$?]"
+peer "$ADIR" "$WORK/agent-mps.alloc.json"
 APIPE="$AROOT/nvidia.com/gpu/pipe"
 amps() { echo "> $*"; echo "$*" | CUDA_MPS_PIPE_DIRECTORY=$APIPE timeout 20 nvidia-cuda-mps-control; echo "[rc=$?]"; }
 amps get_default_active_thread_percentage
 amps get_default_device_pinned_mem_limit "$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)"
-"$PY" - "$WORK/agent-mps.alloc.json" >"$WORK/agent-mps.env" <<'PY'
-import json, sys
-answer = json.load(open(sys.argv[1]))["containerResponses"][0]
-envs = dict(answer.get("envs", {}))
-mounts = {m["containerPath"]: m["hostPath"] for m in answer.get("mounts", [])}
-envs["CUDA_MPS_PIPE_DIRECTORY"] = mounts.get(envs.get("CUDA_MPS_PIPE_DIRECTORY", ""), "MISSING-MOUNT")
-envs["CUDA_VISIBLE_DEVICES"] = envs.get("NVIDIA_VISIBLE_DEVICES", "")
-for k, v in envs.items():
-    if k.startswith("CUDA_"):
-        print(f"export {k}={v}")
-PY
+alloc_env "$WORK/agent-mps.alloc.json" >"$WORK/agent-mps.env"
 cat "$WORK/agent-mps.env"
 echo "--- a client with the agent's environment"
 (. "$WORK/agent-mps.env"; client)
@@ -275,7 +262,7 @@ pgrep -a nvidia-cuda-mps
 pkill -KILL -f nvidia-cuda-mps-control; pkill -KILL -f nvidia-cuda-mps-server
 sleep 6
 pgrep -a nvidia-cuda-mps
-timeout 10 "$PY" -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:19403/metrics", timeout=5).read().decode())' 2>&1 | grep -E '^gpufleet_agent_(mps|devices)'
+metrics 19403 '^gpufleet_agent_(mps|devices)'
 amps get_default_active_thread_percentage
 echo "--- a client after the restart, limits unset"
 (. "$WORK/agent-mps.env"; unset CUDA_MPS_PINNED_DEVICE_MEM_LIMIT CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; client)

@@ -56,11 +56,11 @@ def install_gpufleet(cluster: Cluster) -> None:
                          "deploy/crds/queues.gpufleet.io.yaml", "deploy/scheduler/rbac.yaml", "deploy/agent/rbac.yaml"):
         admin.create(obj)
     for crd in ("podgroups.scheduling.x-k8s.io", "queues.gpufleet.io"):
-        wait_for(lambda: _established(admin, crd), 30, f"CRD {crd} established")
+        wait_for(lambda: crd_established(admin, crd), 30, f"CRD {crd} established")
     admin.discover()
 
 
-def _established(admin: KubeClient, name: str) -> bool:
+def crd_established(admin: KubeClient, name: str) -> bool:
     crd = admin.get("customresourcedefinitions", name) or {}
     return any(c.get("type") == "Established" and c.get("status") == "True"
                for c in (crd.get("status") or {}).get("conditions") or [])  # null until the controller looks

@@ -11,16 +11,15 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+
 
 from gpufleet.testing.cluster import Cluster
 from gpufleet.testing.cluster.binaries import helm
 from gpufleet.testing.gpu_nodes import gpu_nodes
 
-from .cluster_kit import NAMESPACE, ROOT, Scheduler, clean_env, scheduler_kubeconfig, wait_for
+from .cluster_kit import NAMESPACE, ROOT, Scheduler, clean_env, crd_established, scheduler_kubeconfig, wait_for
 
 CHART = ROOT / "charts" / "gpufleet"
-Obj = dict[str, Any]
 
 
 def _helm(kubeconfig: Path, home: Path, *args: str) -> str:
@@ -32,12 +31,6 @@ def _helm(kubeconfig: Path, home: Path, *args: str) -> str:
     return done.stdout
 
 
-def _established(c: Cluster, name: str) -> bool:
-    crd = c.admin.get("customresourcedefinitions", name) or {}
-    return any(x.get("type") == "Established" and x.get("status") == "True"
-               for x in (crd.get("status") or {}).get("conditions") or [])
-
-
 def test_helm_install_then_the_scheduler_binds_a_gpu_pod_upgrade_and_uninstall(tmp_path: Path) -> None:
     with Cluster(tmp_path / "cluster") as c:
         c.admin.create_all(gpu_nodes(2, seed=3))
@@ -47,7 +40,7 @@ def test_helm_install_then_the_scheduler_binds_a_gpu_pod_upgrade_and_uninstall(t
         status = json.loads(_helm(kubeconfig, tmp_path, "status", "gpufleet", "-n", NAMESPACE, "-o", "json"))
         assert status["info"]["status"] == "deployed"
         for crd in ("podgroups.scheduling.x-k8s.io", "queues.gpufleet.io"):
-            wait_for(lambda: _established(c, crd), 30, f"CRD {crd} established")
+            wait_for(lambda: crd_established(c.admin, crd), 30, f"CRD {crd} established")
         deployment = c.admin.get("deployments", "gpufleet-scheduler", NAMESPACE)
         assert deployment is not None and deployment["spec"]["replicas"] == 2
         assert deployment["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"

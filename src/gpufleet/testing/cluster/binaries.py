@@ -40,13 +40,19 @@ class Versions:
                 "karpenter": f"v{self.karpenter}"}
 
 
-def read_versions(path: Path = VERSIONS_FILE) -> Versions:
+def _read_env(path: Path) -> dict[str, str]:
+    """The NAME=value lines of versions.env."""
     values: dict[str, str] = {}
     for line in path.read_text().splitlines():
         line = line.strip()
         if line and not line.startswith("#") and "=" in line:
             name, _, value = line.partition("=")
             values[name.strip()] = value.strip()
+    return values
+
+
+def read_versions(path: Path = VERSIONS_FILE) -> Versions:
+    values = _read_env(path)
     try:
         return Versions(values["KUBERNETES_VERSION"], values["ETCD_VERSION"], values["KWOK_VERSION"],
                         values["KARPENTER_VERSION"])
@@ -83,18 +89,12 @@ def helm(environ: Mapping[str, str] = os.environ) -> Path:
     if environ.get("GPUFLEET_HELM"):
         path = Path(environ["GPUFLEET_HELM"])
     else:
-        version = _value(VERSIONS_FILE, "HELM_VERSION")
+        version = _read_env(VERSIONS_FILE).get("HELM_VERSION")
+        if version is None:
+            raise MissingBinaries(f"{VERSIONS_FILE}: no HELM_VERSION= line")
         cache = Path(environ.get("GPUFLEET_KUBE_CACHE") or Path.home() / ".cache" / "gpufleet" / "kube")
         path = cache / f"helm-v{version}" / "bin" / "helm"
     if not os.access(path, os.X_OK):
         raise MissingBinaries(f"helm is not built: expected {path}. Build it with `make kube` in the gpufleet "
                               f"checkout ({REPO}), which builds it from its Go module after the control plane")
     return path
-
-
-def _value(path: Path, name: str) -> str:
-    for line in path.read_text().splitlines():
-        key, sep, value = line.strip().partition("=")
-        if sep and key.strip() == name:
-            return value.strip()
-    raise MissingBinaries(f"{path}: no {name}= line")
