@@ -1,7 +1,8 @@
 # The two commands of the README's quick start: `make report` (the main job) and `make test`.
 # Both create .venv with the pinned dependencies on first use; `make test` also builds the pinned
 # Kubernetes control plane (`make kube`: hack/kube/build.sh, into ~/.cache/gpufleet/kube, only
-# what is missing) that the live tests run on.
+# what is missing) that the live tests run on, and installs Debian's chromium for the browser
+# tests when it is missing (`make browser`: hack/chromium.sh).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $@
 
-.PHONY: install kube report test typecheck bench mutate
+.PHONY: install kube browser report test typecheck bench mutate
 install: $(BIN)/.installed
 
 report: $(BIN)/.installed
@@ -20,7 +21,11 @@ report: $(BIN)/.installed
 kube:
 	hack/kube/build.sh
 
-test: $(BIN)/.installed kube
+# Debian's chromium for the dashboard's browser tests (only when missing).
+browser:
+	hack/chromium.sh
+
+test: $(BIN)/.installed kube browser
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 

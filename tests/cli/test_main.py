@@ -11,9 +11,9 @@ def test_python_dash_m_runs_the_cli_and_its_help_names_every_part() -> None:
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     head = " ".join(done.stdout.split("positional arguments")[0].split())
-    for part in ("live scheduler", "node agent", "trace simulator", "autoscaling planner"):
+    for part in ("live scheduler", "node agent", "trace simulator", "autoscaling planner", "dashboard"):
         assert part in head
-    assert all(cmd in done.stdout for cmd in ("scheduler", "agent", "simulate", "experiment", "dev-cluster"))
+    assert all(cmd in done.stdout for cmd in ("scheduler", "agent", "simulate", "experiment", "dev-cluster", "dashboard"))
 
 
 def test_python_dash_m_passes_the_exit_status_of_a_user_mistake() -> None:

@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.agent_cmd",
     "gpufleet.cli.scheduler_cmd",
     "gpufleet.cli.devcluster_cmd",
+    "gpufleet.cli.dashboard_cmd",
 )
 
 
@@ -102,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpufleet",
         description="GPU-aware scheduling for Kubernetes: the live scheduler, the node agent, the trace "
-                    "simulator with its experiments, and the autoscaling planner (with Karpenter).",
+                    "simulator with its experiments, the autoscaling planner (with Karpenter), and the "
+                    "dashboard.",
         epilog="Docs: README.md and docs/ (concepts.md, scheduler.md, agent.md, simulator.md, autoscaling.md).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:

@@ -47,6 +47,8 @@ from gpufleet.kube.retry import Retrier, RetryPolicy
 from gpufleet.kube.scheduler import SchedulerService, ServiceSettings
 from gpufleet.model import ClusterSnapshot, read_text
 from gpufleet.model.annotations import SCHEDULER_NAME
+from gpufleet.web.server import DashboardServer
+from gpufleet.web.sources import LiveSource
 from gpufleet.cli import main as cli_main
 from gpufleet.cli.main import UsageError, finite_float, port, positive_int, random_seed
 
@@ -66,6 +68,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--renew-deadline", type=finite_float, default=10.0, help="seconds (default 10)")
     p.add_argument("--retry-period", type=finite_float, default=2.0, help="seconds (default 2)")
     p.add_argument("--http-port", type=port, default=8080, help="/metrics, /healthz, /readyz (0 = any free port)")
+    p.add_argument("--dashboard-port", type=port, metavar="PORT",
+                   help="serve the dashboard (docs/dashboard.md) on this port (default: off; 0 = any free port)")
+    p.add_argument("--dashboard-address", default="127.0.0.1", metavar="ADDRESS",
+                   help="address the dashboard listens on (default 127.0.0.1: reach it with kubectl port-forward)")
     p.add_argument("--qps", type=finite_float, default=50.0, help="client request budget per second, 0 = unlimited")
     p.add_argument("--burst", type=positive_int, default=100)
     p.add_argument("--workers", type=positive_int, default=16, help="binder threads (requests in flight)")
@@ -167,15 +173,25 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--http-port {args.http_port}: {exc.strerror or exc}") from None
 
+    dashboard = None
+    if args.dashboard_port is not None:
+        try:
+            dashboard = DashboardServer(LiveSource(service), args.dashboard_address, args.dashboard_port).start()
+        except OSError as exc:
+            http.stop()
+            raise UsageError(f"--dashboard-port {args.dashboard_port}: {exc.strerror or exc}") from None
+
     def stop(signum: int, frame: FrameType | None) -> None:
         service.stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     print(f"gpufleet scheduler: {service.settings.identity} on {rest.source}, profile {profile.name}, "
-          f"http :{http.port}", file=sys.stderr, flush=True)
+          f"http :{http.port}" + (f", dashboard {dashboard.url}" if dashboard else ""), file=sys.stderr, flush=True)
     service.run()
     service.shutdown()
+    if dashboard is not None:
+        dashboard.stop()
     http.stop()
     rest.close()
     if service.lost_lease:

@@ -17,6 +17,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from typing import Any, Mapping
 
 from gpufleet.kube.errors import KubeError, TemporaryError, api_errors
@@ -27,6 +28,9 @@ from gpufleet.kube.retry import Retrier
 
 log = logging.getLogger(__name__)
 CONTROLLER = "gpufleet.io/scheduler"
+ROUTINE = frozenset({"Scheduled", "FailedScheduling"})
+"""Reasons too common to keep among the recent events (the dashboard shows the others: preemptions,
+evictions, faults)."""
 
 
 def event_body(pod: Mapping[str, Any], *, reason: str, note: str, type_: str, action: str,
@@ -50,6 +54,9 @@ class EventRecorder:
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(capacity)
         self.dropped = 0
         self.sent = 0
+        self._recent: deque[tuple[float, str, str, str]] = deque(maxlen=200)
+        self.recorded = 0
+        """How many events other than `ROUTINE` ones were recorded (sent or not)."""
         self._closing = False
         self._threads = [threading.Thread(target=self._run, name=f"events-{i}", daemon=True) for i in range(workers)]
         for t in self._threads:
@@ -60,14 +67,23 @@ class EventRecorder:
         """Queue an event about `pod`; False if rate-limited or dropped."""
         if limit_key is not None and not self.limiter.allow(limit_key, note):
             return False
+        now = time.time()
         body = event_body(pod, reason=reason, note=note, type_="Warning" if warning else "Normal", action=action,
-                          instance=self.instance, now=time.time())
+                          instance=self.instance, now=now)
+        if reason not in ROUTINE:
+            regarding = body["regarding"]
+            self._recent.append((now, reason, f"{regarding['namespace']}/{regarding['name']}", note))
+            self.recorded += 1
         try:
             self._queue.put_nowait(body)
             return True
         except queue.Full:
             self.dropped += 1
             return False
+
+    def recent(self) -> list[tuple[float, str, str, str]]:
+        """The last 200 events other than `ROUTINE` ones: (time, reason, namespace/name, note), oldest first."""
+        return list(self._recent)
 
     def _run(self) -> None:
         while True:

@@ -27,6 +27,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -144,15 +145,43 @@ def _time_mean(times: np.ndarray, values: np.ndarray, start: float, end: float) 
     return float(np.sum(values * np.diff(edges)) / (end - start))
 
 
+@dataclass(frozen=True, slots=True)
+class Moment:
+    """The replay's state after a batch of events, as `replay(observe=...)` hands it out. `snapshot`
+    is the replay's own and goes on changing: read it during the call, keep what you need."""
+
+    time_s: float
+    snapshot: ClusterSnapshot
+    waiting: tuple[PodSpec, ...]
+    reasons: Mapping[PodUid, str]
+    """Why each waiting pod's job was left pending at its last cycle (the core's message)."""
+    out: frozenset[tuple[NodeName, int | None]]
+    """Capacity out of service: (node, device), or (node, None) for a whole node."""
+    trace: tuple[tuple[float, str, int], ...]
+    """(time, what, job) since the previous moment: arrive, start, finish, preempted, failed, scaled-down."""
+    jobs: tuple[Job, ...]
+
+
+Observer = Callable[[Moment], None]
+
+
 def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: float | None = None,
            sample_s: float = 600.0, checkpoint_s: float | None = None, faults: FaultSetup | None = None,
-           scaler: Scaler | None = None) -> ReplayResult:
-    """Replay `workload` (jobs need `duration_s`; None means it never finishes)."""
+           scaler: Scaler | None = None, observe: Observer | None = None, observe_every_s: float = 600.0
+           ) -> ReplayResult:
+    """Replay `workload` (jobs need `duration_s`; None means it never finishes). `observe` is called
+    with a `Moment` after the first batch and then after the first batch at least `observe_every_s`
+    later (a dashboard's frames); it must not change what it is given."""
     if checkpoint_s is not None and not checkpoint_s > 0:
         raise ValueError(f"checkpoint interval must be a positive number of seconds, got {checkpoint_s}")
     if scaler is not None and not scaler.interval_s > 0:
         raise ValueError(f"scaler interval must be a positive number of seconds, got {scaler.interval_s}")
-    return _Replay(workload, profile, seed, sample_s, checkpoint_s, faults, scaler).run(until_s)
+    if observe is not None and not observe_every_s > 0:
+        raise ValueError(f"observe interval must be a positive number of seconds, got {observe_every_s}")
+    run = _Replay(workload, profile, seed, sample_s, checkpoint_s, faults, scaler)
+    run.observer = observe
+    run.observe_every_s = observe_every_s
+    return run.run(until_s)
 
 
 IDLE_TICKS = 60
@@ -210,6 +239,11 @@ class _Replay:
         self.alloc_gpu_s = 0.0
         self.last_alloc = (0.0, 0.0)
         self.idle_ticks = 0
+        # observation
+        self.observer: Observer | None = None
+        self.observe_every_s = 600.0
+        self.next_moment = 0.0
+        self.traced = 0
 
     def run(self, until_s: float | None) -> ReplayResult:
         for i, job in enumerate(self.jobs):
@@ -245,9 +279,20 @@ class _Replay:
                 self.meter.observe(env.now, self.snap, [p for job in self.waiting.values() for p in job.pods])
             self.utilisation.append((env.now, self.snap.gpu_allocated_milli() / self.capacity))
             self._settle()
+            if self.observer is not None and env.now >= self.next_moment:
+                self._observe(self.observer)
         self._integrate(end)
         self.billing.close(end)
         return self._result()
+
+    def _observe(self, observer: Observer) -> None:
+        now = self.env.now
+        self.next_moment = now + self.observe_every_s
+        waiting = tuple(p for job in self.waiting.values() for p in job.pods)
+        reasons = {p.uid: self.reasons[self.pod_job[p.uid]] for p in waiting if self.pod_job[p.uid] in self.reasons}
+        observer(Moment(now, self.snap, waiting, MappingProxyType(reasons), frozenset(self.out),
+                        tuple(self.trace[self.traced:]), self.jobs))
+        self.traced = len(self.trace)
 
     def _keep_going(self) -> None:
         """Schedule the next fault and scaler tick while something can still change.
