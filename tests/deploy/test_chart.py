@@ -124,6 +124,30 @@ def test_values_set_image_replicas_resources_and_karpenter() -> None:
     assert _container(_find(default, "Deployment", "gpufleet-scheduler"))["image"].endswith(f":{version}")
 
 
+def test_the_dashboard_is_off_unless_asked_and_then_on_loopback_only() -> None:
+    default = _container(_find(render(), "Deployment", "gpufleet-scheduler"))
+    assert not any(a.startswith("--dashboard") for a in default["command"])
+    c = _container(_find(render("dashboard.enabled=true", "dashboard.port=9000"), "Deployment", "gpufleet-scheduler"))
+    i = c["command"].index("--dashboard-port")
+    assert c["command"][i + 1] == "9000" and "--dashboard-address" not in c["command"]  # the CLI's 127.0.0.1
+    assert {"name": "dashboard", "containerPort": 9000, "protocol": "TCP"} in c["ports"]
+    service = _find(render("dashboard.enabled=true"), "Service", "gpufleet-scheduler-metrics")
+    assert [p["name"] for p in service["spec"]["ports"]] == ["http"]  # not exposed beyond the pod
+
+
+def test_the_agent_can_be_left_out_or_pinned_to_nodes_and_a_runtime() -> None:
+    without = render("agent.enabled=false")
+    assert not [o for o in without if "agent" in o["metadata"]["name"]]
+    assert _find(without, "Deployment", "gpufleet-scheduler")
+    spec = _find(render("agent.runtimeClassName=nvidia", "agent.nodeSelector.cloud\\.google\\.com/gke-accelerator=nvidia-h100-80gb"),
+                 "DaemonSet", "gpufleet-agent")["spec"]["template"]["spec"]
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+    assert spec["affinity"] == _find(render(), "DaemonSet", "gpufleet-agent")["spec"]["template"]["spec"]["affinity"]
+    default = _find(render(), "DaemonSet", "gpufleet-agent")["spec"]["template"]["spec"]
+    assert "runtimeClassName" not in default and "nodeSelector" not in default
+
+
 def test_karpenter_rules_go_only_when_neither_flag_nor_rbac_asks_for_them() -> None:
     def groups(objs: list[Obj]) -> set[str]:
         role = _find(objs, "ClusterRole", "gpufleet-scheduler")
@@ -153,6 +177,8 @@ def test_the_agent_mounts_the_mps_root_its_config_names(tmp_path: Path) -> None:
     ("scheduler.replicas=two", "/scheduler/replicas"),
     ("scheduler.replica=2", "replica"),
     ("karpenter.enabled=maybe", "/karpenter/enabled"),
+    ("dashboard.port=70000", "/dashboard/port"),
+    ("agent.enabled=no", "/agent/enabled"),
     ("agent.config=flags: [unclosed", "agent.config is not a YAML mapping"),
 ])
 def test_bad_values_fail_the_render_and_name_the_value(bad: str, says: str) -> None:
