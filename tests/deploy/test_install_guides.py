@@ -4,8 +4,10 @@ Conventions the guides follow, and this test reads:
 
 * A `helm install|upgrade|template` command whose chart is `charts/gpufleet` (in a fenced
   console/sh block; `\\` continues a line) may only `--set`/`--set-string` keys that
-  `charts/gpufleet/values.schema.json` declares. `--set` on other charts (the GPU Operator's)
-  is not ours and is not checked.
+  `charts/gpufleet/values.schema.json` declares; under a map (`additionalProperties` is a
+  schema, as for `agent.nodeSelector`) any key is one (`\\.` escapes a dot in it, as in helm),
+  and a string value that `--set` would type (`true`, `1`) must come with `--set-string`.
+  `--set` on other charts (the GPU Operator's) is not ours and is not checked.
 * A fenced ```yaml block whose first line is `# values.yaml` holds gpufleet chart values:
   every key path must exist in the schema, and an `agent.config` in it must load as an agent
   config and plan the shipped GPU fixtures.
@@ -67,19 +69,49 @@ def _schema() -> dict[str, Any]:
     return schema
 
 
-def _schema_problem(path: list[str], schema: dict[str, Any]) -> str | None:
-    """Why `path` (a.b.c) is not a value of the chart, or None when it is."""
+def _schema_lookup(path: list[str], schema: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """(the schema of the value at `path` (a.b.c), None) when the chart has that value, else
+    (None, why not). The schema is None below a free-form object, where anything goes.
+
+    A key is a value when a `properties` entry names it, or when the object it is in is a map:
+    `additionalProperties` is a schema (agent.nodeSelector: any label key, a string value).
+    An object with neither (`type: object` alone, like `resources`) is free-form below.
+    """
     node = schema
     for i, part in enumerate(path):
         props = node.get("properties")
-        if props is None:
-            if node.get("type") == "object" and node.get("additionalProperties", True) is not False:
-                return None  # a free-form object (resources): anything below is allowed
-            return f"{'.'.join(path[:i])} has no keys"
-        if part not in props:
+        extra = node.get("additionalProperties", True)
+        if props is not None and part in props:
+            node = props[part]
+        elif isinstance(extra, dict):
+            node = extra  # a map: every key is allowed, its value follows `extra`
+        elif props is None and node.get("type") == "object" and extra is not False:
+            return None, None  # a free-form object (resources): anything below is allowed
+        elif props is None:
+            return None, f"{'.'.join(path)}: {'.'.join(path[:i])} has no keys"
+        else:
             where = ".".join(path[:i]) or "the top level"
-            return f"{'.'.join(path)}: no key {part!r} under {where} (known: {', '.join(sorted(props))})"
-        node = props[part]
+            return None, f"{'.'.join(path)}: no key {part!r} under {where} (known: {', '.join(sorted(props))})"
+    return node, None
+
+
+def _schema_problem(path: list[str], schema: dict[str, Any]) -> str | None:
+    """Why `path` (a.b.c) is not a value of the chart, or None when it is."""
+    return _schema_lookup(path, schema)[1]
+
+
+HELM_TYPED = re.compile(r"^(true|false|null|-?[1-9]\d*|0)$")
+"""What `helm --set` turns into a bool, null or integer (`--set-string` keeps it a string)."""
+
+
+def _set_problem(flag: str, key: str, value: str, schema: dict[str, Any]) -> str | None:
+    """Why `flag key=value` on charts/gpufleet would fail the chart's schema, or None."""
+    node, why = _schema_lookup(_set_path(key), schema)
+    if why:
+        return why
+    if flag == "--set" and node and node.get("type") == "string" and HELM_TYPED.match(value):
+        return f"{key}={value}: --set makes {value!r} a {'null' if value == 'null' else 'non-string'}, " \
+               f"the chart wants a string: use --set-string"
     return None
 
 
@@ -108,8 +140,8 @@ def _commands(text: str) -> Iterator[list[str]]:
                     yield words
 
 
-def _gpufleet_helm_sets(text: str) -> Iterator[tuple[str, str]]:
-    """(flag, key) of every --set/--set-string in a helm command installing charts/gpufleet."""
+def _gpufleet_helm_sets(text: str) -> Iterator[tuple[str, str, str]]:
+    """(flag, key, value) of every --set/--set-string in a helm command installing charts/gpufleet."""
     for words in _commands(text):
         if words[0] != "helm" or len(words) < 2 or words[1] not in ("install", "upgrade", "template"):
             continue
@@ -118,9 +150,11 @@ def _gpufleet_helm_sets(text: str) -> Iterator[tuple[str, str]]:
         for i, w in enumerate(words):
             for flag in ("--set", "--set-string"):
                 if w == flag:
-                    yield flag, words[i + 1].split("=", 1)[0]
+                    key, _, value = words[i + 1].partition("=")
+                    yield flag, key, value
                 elif w.startswith(flag + "="):
-                    yield flag, w[len(flag) + 1:].split("=", 1)[0]
+                    key, _, value = w[len(flag) + 1:].partition("=")
+                    yield flag, key, value
 
 
 def _set_path(key: str) -> list[str]:
@@ -132,15 +166,61 @@ def _set_path(key: str) -> list[str]:
 @pytest.mark.parametrize("guide", GUIDES)
 def test_every_helm_set_on_the_gpufleet_chart_is_a_chart_value(guide: str) -> None:
     schema = _schema()
-    problems = [f"{flag} {key}: {why}" for flag, key in _gpufleet_helm_sets(_text(guide))
-                if (why := _schema_problem(_set_path(key), schema))]
+    problems = [f"{flag} {key}: {why}" for flag, key, value in _gpufleet_helm_sets(_text(guide))
+                if (why := _set_problem(flag, key, value, schema))]
     assert problems == [], f"{guide}: " + "; ".join(problems)
 
 
 def test_the_guides_install_the_gpufleet_chart_with_values() -> None:
     """The check above is not vacuous: the guides do install the chart and set values."""
-    sets = [key for g in GUIDES for _, key in _gpufleet_helm_sets(_text(g))]
-    assert "image.repository" in sets and "karpenter.enabled" in sets
+    sets = [_set_path(key) for g in GUIDES for _, key, _ in _gpufleet_helm_sets(_text(g))]
+    for wanted in ("image.repository", "karpenter.enabled", "agent.enabled", "agent.runtimeClassName"):
+        assert wanted.split(".") in sets, wanted
+    assert any(path[:2] == ["agent", "nodeSelector"] and len(path) == 3 for path in sets)
+
+
+_GUIDE_SNIPPET = """```console
+$ helm install gpufleet charts/gpufleet --namespace gpufleet-system \\
+    {}
+```
+"""
+
+
+@pytest.mark.parametrize(("flags", "problem"), [
+    ("--set image.repository=r --set agent.enabled=false --set agent.runtimeClassName=nvidia", None),
+    ("--set-string 'agent.nodeSelector.cloud\\.google\\.com/gke-accelerator=nvidia-l4'", None),
+    ("--set-string agent.nodeSelector.accelerator=nvidia", None),
+    ("--set=agent.nodeSelector.pool=gpu --set scheduler.resources.limits.cpu=4", None),
+    ("--set agent.nodeSelectr.pool=gpu", "no key 'nodeSelectr' under agent"),
+    ("--set agent.colour=blue", "no key 'colour' under agent"),
+    ("--set dashboard.host=0.0.0.0", "no key 'host' under dashboard"),
+    ("--set nodeSelector.pool=gpu", "no key 'nodeSelector' under the top level"),
+    ("--set image.tag.major=1", "image.tag has no keys"),
+    ("--set agent.nodeSelector.cloud.google.com/gke-accelerator=x", "agent.nodeSelector.cloud has no keys"),
+    ("--set 'agent.nodeSelector.nvidia\\.com/gpu\\.present=true'", "use --set-string"),
+    ("--set agent.runtimeClassName=null", "use --set-string"),
+])
+def test_the_set_check_accepts_map_keys_and_rejects_unknown_keys(flags: str, problem: str | None) -> None:
+    """Keys under agent.nodeSelector (a map of label to string) are free; elsewhere a key the
+    schema does not name is an error, as helm's schema check makes it."""
+    schema = _schema()
+    found = [why for flag, key, value in _gpufleet_helm_sets(_GUIDE_SNIPPET.format(flags))
+             if (why := _set_problem(flag, key, value, schema))]
+    if problem is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and problem in found[0], found
+
+
+def test_a_values_block_may_name_node_selector_labels_but_not_unknown_keys() -> None:
+    schema = _schema()
+    ok = {"agent": {"nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-l4"}, "runtimeClassName": "nvidia"},
+          "dashboard": {"enabled": True, "port": 8081}}
+    assert [p for p in _leaf_paths(ok, []) if _schema_problem(p, schema)] == []
+    bad = {"agent": {"nodeSelectors": {"pool": "gpu"}}}
+    assert [_schema_problem(p, schema) for p in _leaf_paths(bad, [])] == [
+        "agent.nodeSelectors.pool: no key 'nodeSelectors' under agent (known: config, enabled, "
+        "nodeSelector, resources, runtimeClassName)"]
 
 
 # -- values blocks -----------------------------------------------------------------------------
