@@ -186,7 +186,8 @@ def _run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    print(f"gpufleet scheduler: {service.settings.identity} on {rest.source}, profile {profile.name}, "
+    print(f"gpufleet scheduler: {service.settings.identity} on {rest.source}, profile {args.config} "
+          f"(schedulerName {profile.name}), "
           f"http :{http.port}" + (f", dashboard {dashboard.url}" if dashboard else ""), file=sys.stderr, flush=True)
     service.run()
     service.shutdown()
@@ -229,7 +230,7 @@ def _replay(args: argparse.Namespace) -> int:
     took = time.perf_counter() - started
     names = {p.uid: p.key for p in dump.pending}
     print(f"{len(dump.nodes)} nodes, {len(dump.running)} running, {len(dump.pending)} pending; "
-          f"profile {settings.name}: {len(result.binds)} bound, {len(result.unschedulable)} unschedulable "
+          f"profile {args.profile}: {len(result.binds)} bound, {len(result.unschedulable)} unschedulable "
           f"({took * 1000:.0f} ms)")
     if result.binds:
         print(f"\n{'POD':<40} {'NODE':<24} DEVICES")

@@ -21,7 +21,7 @@ from gpufleet.sim import compare, compare_time, queue_report, report
 from gpufleet.framework.profile import load_profiles
 from gpufleet.model import read_text
 from gpufleet.sim.default_workload import default_workload
-from gpufleet.sim.policies import PAPER_POLICIES, POLICIES
+from gpufleet.sim.policies import DEFAULT, PAPER_POLICIES, POLICY_NAMES
 from gpufleet.sim.traces import openb, philly, scenario, trace_dir
 from gpufleet.sim.workload import Workload
 
@@ -41,11 +41,11 @@ def add_parser(sub: Any) -> None:
         p = sub.add_parser(name, help=help_text)
         _workload_args(p)
         if name == "simulate":
-            p.add_argument("--policy", default="fgd", help=f"one of {', '.join(POLICIES)} (default: fgd)")
+            p.add_argument("--policy", default="fgd", help=f"one of {', '.join(POLICY_NAMES)} (default: fgd)")
             p.add_argument("--seed", type=random_seed, default=42)
         else:
-            p.add_argument("--policies", default=",".join(PAPER_POLICIES + ("gpufleet", "gpufleet-lookahead")),
-                           help=f"comma-separated, from: {', '.join(POLICIES)} (default: all)")
+            p.add_argument("--policies", default=",".join(PAPER_POLICIES + ("gpufleet", "gpufleet-lookahead", DEFAULT)),
+                           help=f"comma-separated, from: {', '.join(POLICY_NAMES)} (default: all)")
             p.add_argument("--seeds", type=int, default=3, help="number of seeds, 42 upwards (paper: 10)")
             p.add_argument("--out", type=Path, default=Path("reports/default"),
                            help="directory for report.html, results.json, results.csv (default: %(default)s)")
@@ -57,7 +57,7 @@ def add_parser(sub: Any) -> None:
     fgd = exp_sub.add_parser("fgd", help="the FGD paper's packing experiment")
     _workload_args(fgd, time_mode=False)
     fgd.add_argument("--policies", default=",".join(PAPER_POLICIES),
-                     help=f"comma-separated, from: {', '.join(POLICIES)} (default: the paper's six)")
+                     help=f"comma-separated, from: {', '.join(POLICY_NAMES)} (default: the paper's six)")
     fgd.add_argument("--seeds", type=int, default=10)
     fgd.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                      help="worker processes (default: one per CPU)")
@@ -194,7 +194,7 @@ def _time_compare(args: argparse.Namespace, policies: list[str], seeds: int, out
 
 
 def _policies(text: str, profiles: list[Path] | None = None) -> list[str]:
-    chosen = names(text, tuple(POLICIES), allow_empty=bool(profiles))
+    chosen = names(text, POLICY_NAMES, allow_empty=bool(profiles))
     for path in profiles or []:
         # Load once here so a bad file is reported before any simulation starts.
         load_profiles(read_text(path), str(path))

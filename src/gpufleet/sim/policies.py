@@ -1,7 +1,9 @@
-"""Named scheduling policies for experiments: the FGD paper's baselines and gpufleet's own.
+"""Named scheduling policies for experiments: gpufleet's default profile, the FGD paper's
+baselines and gpufleet's scorers.
 
-Each maps to a profile (default filters + one scorer), so the simulator runs exactly what
-the live scheduler would run with that profile.
+`default` is the built-in default profile exactly as the live scheduler runs it (its filters,
+scorers, arguments and queueing); each other name maps to a profile of the default filters and
+one scorer (or two), so the simulator runs what the live scheduler would run with it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from gpufleet.framework.plugins.frag_aware import FragAwareArgs
 from gpufleet.framework.plugins.fragmentation import TypicalTask
 from pathlib import Path
 
+from dataclasses import replace
+
 from gpufleet.framework.profile import Profile, ProfileSettings, ScoreRef, build_profile, load_profiles
+from gpufleet.framework.profiles import builtin
 from gpufleet.framework.registry import BuildContext
 from gpufleet.model import ModelError, read_text
 
@@ -24,6 +29,9 @@ POLICIES: dict[str, tuple[ScoreRef, ...]] = {
     "gpufleet": (ScoreRef("FragAware"), ScoreRef("PreferUsedNodes", 0.001)),
     "gpufleet-lookahead": (ScoreRef("FragAware"), ScoreRef("PreferUsedNodes", 1.0)),
 }
+DEFAULT = "default"
+"""The built-in default profile (framework/profiles/default.yaml), under its own name in tables."""
+POLICY_NAMES = (DEFAULT, *POLICIES)
 POLICY_ARGS: dict[str, dict[str, object]] = {
     "gpufleet-lookahead": {"FragAware": FragAwareArgs(lookahead=True)},
 }
@@ -39,7 +47,9 @@ def profile_for(policy: str, tasks: tuple[TypicalTask, ...]) -> Profile:
     if policy.startswith("file:"):
         path = Path(policy.removeprefix("file:"))
         return build_profile(load_profiles(read_text(path), str(path))[0], BuildContext(tasks))
+    if policy == DEFAULT:
+        return build_profile(replace(builtin(DEFAULT), name=DEFAULT), BuildContext(tasks))
     if policy not in POLICIES:
-        raise ModelError("--policies", f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+        raise ModelError("--policies", f"unknown policy {policy!r}; known: {', '.join(POLICY_NAMES)}")
     settings = ProfileSettings(name=policy, scores=POLICIES[policy], plugin_args=POLICY_ARGS.get(policy, {}))
     return build_profile(settings, BuildContext(tasks))
