@@ -20,13 +20,16 @@ from gpufleet.kube import translate
 from gpufleet.kube.scheduler import SchedulerService
 from gpufleet.kube.snapshot_io import Dump
 from gpufleet.model import ClusterSnapshot, PodUid, Queue
+from gpufleet.model.queue import DEFAULT_QUEUE, QUEUE_LABEL
 from gpufleet.sim.replay import Moment
 from gpufleet.sim.workload import Job
 from gpufleet.web.fleet import (Fleet, FleetEvent, PodRef, Waiting, out_of_service, queue_rows, request_text,
                                 waiting_of)
 from gpufleet.web.view import MAX_EVENTS
 
-TRACE_EVENTS = {"preempted": "Preempted", "failed": "GpuFault", "scaled-down": "ScaledDown"}
+TRACE_EVENTS = {"preempted": "Preempted", "failed": "Fault", "scaled-down": "ScaledDown"}
+"""A replay's trace entries shown as events: a job preempted, stopped by a device or node fault,
+or on a node the autoscaler removed."""
 
 
 class Source(Protocol):
@@ -151,7 +154,7 @@ class LiveSource:
         for obj in s.cache.bound_objects():
             m = translate.meta(obj)
             ns = str(m.get("namespace") or "default")
-            queue = str((m.get("labels") or {}).get("gpufleet.io/queue", "default"))
+            queue = str((m.get("labels") or {}).get(QUEUE_LABEL, DEFAULT_QUEUE))
             pods[PodUid(str(m.get("uid")))] = PodRef(f"{ns}/{m.get('name')}", ns, queue)
         waiting = []
         specs = []
