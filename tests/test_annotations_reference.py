@@ -32,6 +32,7 @@ KEY = re.compile(r"^(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?\.)+[a-z]{2,}/[A-Za-z0-9._
 SKIPPED = ("testing/", "agent/labels.py")
 NOT_KEYS = {
     "gpufleet.io/scheduler": "the events' reportingController",
+    "gpufleet.io/agent": "the agent's events' reportingController",
     "nvidia.com/": "the prefix the agent's config requires of a resource name",
 }
 API_VERSION = re.compile(r"/v\d+((alpha|beta)\d+)?$")

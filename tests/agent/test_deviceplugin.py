@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -13,6 +15,7 @@ import yaml
 from gpufleet.agent import fake
 from gpufleet.agent.kube import PodView
 from gpufleet.model import annotations as ann
+from gpufleet.model.assignment_auth import SIGNATURE_ANNOTATION, KeyRing, load_keyring, sign
 
 from .conftest import NODE, AgentFactory, FakeClock
 from .kubelet import WAIT_S, FakeKubelet
@@ -367,3 +370,46 @@ def test_a_hanging_api_server_does_not_delay_registration_after_a_kubelet_restar
         assert not answered.is_set(), "registered only once the API server answered"
     finally:
         release.set()
+
+
+# --- signed assignments (--assignment-keys) -------------------------------------------------------
+
+def signed(p: PodView, ring: KeyRing) -> PodView:
+    text = p.annotations[ann.ASSIGNMENT_ANNOTATION]
+    return dataclasses.replace(p, annotations={**p.annotations, SIGNATURE_ANNOTATION: sign(
+        ring, p.uid, f"{p.namespace}/{p.name}", NODE, text)})
+
+
+def test_with_keys_only_an_assignment_the_scheduler_signed_for_that_pod_is_served(
+        kubelet: FakeKubelet, make_agent: AgentFactory, tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / "k1").write_bytes(b"k" * 32)
+    ring = load_keyring(keys)
+    good = signed(pod("infer", ann.GpuAssignment(NODE, (NVL[0],), 250), created="2026-01-03T00:00:00Z"), ring)
+    forged = pod("forged", ann.GpuAssignment(NODE, (NVL[1],), 250))  # oldest, so it would be served first
+    copied = dataclasses.replace(good, name="copy", uid="uid-copy", created="2026-01-02T00:00:00Z")
+    retargeted = dataclasses.replace(forged, name="retargeted", uid="uid-retargeted", annotations={
+        ann.ASSIGNMENT_ANNOTATION: ann.encode_assignment(ann.GpuAssignment(NODE, (NVL[1],), 250)),
+        SIGNATURE_ANNOTATION: good.annotations[SIGNATURE_ANNOTATION]})
+    agent, _, api = make_agent("h100-nvl-pairs", config="gpufleet: {fractions: true}",
+                               pods=(forged, copied, retargeted, good), assignment_keys=keys)
+    ep = kubelet.endpoint("gpufleet.io/gpu-milli")
+    assert envs(ep.allocate([f"{NVL[1]}::{k}" for k in range(250)]))["NVIDIA_VISIBLE_DEVICES"] == NVL[0]
+    with pytest.raises(grpc.RpcError) as info:  # the three others get nothing
+        ep.allocate([f"{NVL[1]}::{k}" for k in range(250)])
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert sorted((pod_key, reason) for pod_key, reason, _ in api.events) == [
+        ("ml/copy", "AssignmentRejected"), ("ml/forged", "AssignmentRejected"), ("ml/retargeted", "AssignmentRejected")]
+    assert all("only the gpufleet scheduler's own assignments get devices" in note for _, _, note in api.events)
+    text = agent.metrics.text()
+    assert 'gpufleet_agent_assignments_rejected_total{reason="missing"} 1.0' in text
+    assert 'gpufleet_agent_assignments_rejected_total{reason="mismatch"} 2.0' in text  # once per pod, not per call
+
+
+def test_without_keys_unsigned_assignments_are_served_as_before(kubelet: FakeKubelet, make_agent: AgentFactory) -> None:
+    _, _, api = make_agent("h100-nvl-pairs", config="gpufleet: {fractions: true}",
+                           pods=(pod("infer", ann.GpuAssignment(NODE, (NVL[2],), 250)),))
+    ep = kubelet.endpoint("gpufleet.io/gpu-milli")
+    assert envs(ep.allocate([f"{NVL[0]}::{k}" for k in range(250)]))["NVIDIA_VISIBLE_DEVICES"] == NVL[2]
+    assert api.events == []

@@ -304,8 +304,8 @@ def test_a_403_is_permanent_not_retried_and_says_which_permission_is_missing(
             api.pods_on_node()
     denied = f'pods is forbidden: User "{user}" cannot list resource "pods" in API group "" at the cluster scope'
     assert str(caught.value) == ("list pods on node rbac-node: 403 Forbidden: " + denied +
-                                 " (the agent's service account needs list on pods, get and patch on nodes and "
-                                 "patch on nodes/status (deploy/agent/rbac.yaml))")
+                                 " (the agent's service account needs list on pods, get and patch on nodes, "
+                                 "patch on nodes/status and create on events.k8s.io events (deploy/agent/rbac.yaml))")
     assert caught.value.kind == "HTTP 403" and vtime.sleeps == [] and len(_warnings(caplog)) == 1
     lists = [r.code for r in cluster.iter_audit() if r.user == user and r.resource == "pods"]
     assert lists == [403], "sent once"

@@ -86,6 +86,10 @@ class NodeApi(Protocol):
         """Merge `patch` into the node (metadata, status conditions, status capacity, spec taints)."""
         ...
 
+    def pod_event(self, pod: PodView, reason: str, note: str) -> None:
+        """A Warning event on a pod bound to this node (a refused assignment). Raises KubeAccessError."""
+        ...
+
 
 @dataclass
 class NodeState:
@@ -132,6 +136,8 @@ class FakeNodeApi:
         self.node = NodeState(labels=dict(labels or {}))
         self.pods: list[PodView] = list(pods)
         self.patches: list[NodePatch] = []
+        self.events: list[tuple[str, str, str]] = []
+        """(namespace/name, reason, note) of each pod event sent."""
         self.fail = False
         """Set to make every call raise KubeAccessError (an unreachable API server)."""
         self._lock = threading.Lock()
@@ -151,6 +157,11 @@ class FakeNodeApi:
             self._check()
             self.patches.append(patch)
             self.node.apply(patch)
+
+    def pod_event(self, pod: PodView, reason: str, note: str) -> None:
+        with self._lock:
+            self._check()
+            self.events.append((f"{pod.namespace}/{pod.name}", reason, note))
 
     def _check(self) -> None:
         if self.fail:
@@ -173,6 +184,9 @@ class OfflineNodeApi:
     def pods_on_node(self) -> Sequence[PodView]:
         raise KubeAccessError("no Kubernetes API access (run with --kubeconfig, or in a pod), "
                               "so the scheduler's assignments cannot be read")
+
+    def pod_event(self, pod: PodView, reason: str, note: str) -> None:
+        raise KubeAccessError("no Kubernetes API access: cannot record an event")
 
     def patch_node(self, patch: NodePatch) -> None:
         self.node.apply(patch)

@@ -22,6 +22,9 @@ class AgentMetrics:
                             ["resource"], registry=self.registry)
         self.mps_restarts = Counter("gpufleet_agent_mps_daemon_restarts", "MPS control daemon starts after the first",
                                     ["resource"], registry=self.registry)
+        self.assignments_rejected = Counter(
+            "gpufleet_agent_assignments_rejected", "Pods whose GPU assignment the agent refused, by why its "
+            "signature failed (missing, malformed, unknown-key, mismatch)", ["reason"], registry=self.registry)
         self._server: Any = None
 
     def set_devices(self, resource: str, healthy: int, unhealthy: int) -> None:

@@ -31,12 +31,13 @@ from gpufleet.agent.backend import BackendUnavailableError, GpuBackend
 from gpufleet.agent.config import ConfigError
 from gpufleet.agent.devices import HealthEvent
 from gpufleet.agent.inventory import NodeGpuInventory, inventory
-from gpufleet.agent.kube import KubeAccessError, NodeApi
+from gpufleet.agent.kube import KubeAccessError, NodeApi, PodView
 from gpufleet.agent.metrics import AgentMetrics
 from gpufleet.agent.mps_daemon import MpsSupervisor
 from gpufleet.agent.plan import PlanError, ResourcePlan, plan_resources
 from gpufleet.agent.plugin import KUBELET_SOCKET, PluginServer, RegistrationError, socket_identity
 from gpufleet.agent.servicer import PluginContext
+from gpufleet.model.assignment_auth import KeyDir
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,10 @@ class AgentOptions:
     """Overrides the config's gpufleet.metricsPort when set."""
     mps_check_s: float = 2.0
     """How often each MPS control daemon must answer."""
+    assignment_keys: Path | None = None
+    """The scheduler's assignment-signing keys (a mounted Secret, `model.assignment_auth`): with them,
+    only assignments the scheduler signed for that very pod are served. None: unsigned ones are
+    trusted too (any pod author who can set spec.nodeName can then pick devices)."""
 
 
 class Agent:
@@ -86,6 +91,16 @@ class Agent:
         self._writer = threading.Thread(target=self._write_loop, name="gpufleet-node-writer", daemon=True)
         """Node writes run here, so a slow or hanging API server never delays kubelet re-registration."""
 
+    def _assignment_rejected(self, pod: PodView, why: str) -> None:
+        self.metrics.assignments_rejected.labels(why).inc()
+        note = (f"the gpufleet agent on {self.options.node_name} refuses this pod's GPU assignment: its signature "
+                f"is {'missing' if why == 'missing' else why.replace('-', ' ')}; only the gpufleet scheduler's "
+                "own assignments get devices")
+        try:
+            self._api.pod_event(pod, "AssignmentRejected", note)
+        except KubeAccessError as exc:
+            log.warning("pod %s/%s: cannot record the refused assignment: %s", pod.namespace, pod.name, exc)
+
     @property
     def kubelet_socket(self) -> Path:
         return self.options.kubelet_dir / KUBELET_SOCKET
@@ -109,8 +124,13 @@ class Agent:
         port = self.options.metrics_port
         self.metrics.serve(loaded.config.gpufleet.metrics_port if port is None else port)  # OSError: port taken
         self._tracker = health.HealthTracker(loaded.config.gpufleet.health, self.inventory)
+        keys = KeyDir(self.options.assignment_keys) if self.options.assignment_keys is not None else None
+        if keys is None:
+            log.warning("no --assignment-keys: GPU assignments are trusted unsigned, so a pod created with "
+                        "spec.nodeName set can choose its devices (docs/security.md)")
+        book = AssignmentBook(self._api, self.options.node_name, keys, self._assignment_rejected)
         self._ctx = PluginContext(self.options.node_name, loaded.config, self.inventory, self.board,
-                                  AssignmentBook(self._api, self.options.node_name), self.metrics, self._dev_exists)
+                                  book, self.metrics, self._dev_exists)
         self._monitor = health.HealthMonitor(backend, self._tracker, self.board, self._clock,
                                              self.options.health_poll_s, self._count_event)
         self._monitor.start()

@@ -41,6 +41,10 @@ class AgentNodeApi:
         with _as_access_error():
             self._api.patch_node(patch)
 
+    def pod_event(self, pod: PodView, reason: str, note: str) -> None:
+        with _as_access_error():
+            self._api.pod_event(pod.namespace, pod.name, pod.uid, reason, note)
+
 
 def connect(kubeconfig: Path | None, node_name: str) -> AgentNodeApi:
     """API access from `kubeconfig`, or in-cluster config when it is None; raises UsageError.

@@ -36,6 +36,7 @@ from gpufleet.agent.nvml import NvmlBackend
 from gpufleet.agent.plan import plan_resources
 from gpufleet.agent.runtime import Agent, AgentOptions
 from gpufleet.cli import agent_api
+from gpufleet.model.assignment_auth import load_keyring
 from gpufleet.cli.main import UsageError, port
 
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
@@ -68,6 +69,9 @@ def add_parser(subparsers: Any) -> None:
     run.add_argument("--kubeconfig", type=Path,
                      help="kubeconfig of the API server (default: in-cluster config inside a pod, else none)")
     run.add_argument("--metrics-port", type=port, help="Prometheus port, 0 = off (default: config, 9402)")
+    run.add_argument("--assignment-keys", type=Path, metavar="DIR",
+                     help="the scheduler's assignment-signing keys (a mounted Secret, docs/security.md): serve only "
+                          "GPU assignments the scheduler signed for that pod (default: trust unsigned ones)")
     run.add_argument("--state-file", type=Path, help="offline: write the node state the agent would patch here (JSON)")
     run.add_argument("--nfd-file", type=Path, help="offline: write the labels as a node-feature-discovery feature file")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -161,9 +165,12 @@ def _run(args: argparse.Namespace) -> int:
     if not args.kubelet_dir.is_dir():
         raise UsageError(f"--kubelet-dir {args.kubelet_dir}: no such directory")
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.assignment_keys is not None:
+        load_keyring(args.assignment_keys)  # a ModelError naming the directory or key, before anything starts
     api, source = _node_api(args)
     agent = Agent(lambda: _backend(args.fake), api, source,
-                  AgentOptions(args.node_name, args.kubelet_dir, metrics_port=args.metrics_port))
+                  AgentOptions(args.node_name, args.kubelet_dir, metrics_port=args.metrics_port,
+                               assignment_keys=args.assignment_keys))
 
     stopping = threading.Event()
 

@@ -47,6 +47,7 @@ from gpufleet.kube.retry import Retrier, RetryPolicy
 from gpufleet.kube.scheduler import SchedulerService, ServiceSettings
 from gpufleet.model import ClusterSnapshot, read_text
 from gpufleet.model.annotations import SCHEDULER_NAME
+from gpufleet.model.assignment_auth import load_keyring
 from gpufleet.web.server import DashboardServer
 from gpufleet.web.sources import LiveSource
 from gpufleet.cli import main as cli_main
@@ -68,6 +69,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--renew-deadline", type=finite_float, default=10.0, help="seconds (default 10)")
     p.add_argument("--retry-period", type=finite_float, default=2.0, help="seconds (default 2)")
     p.add_argument("--http-port", type=port, default=8080, help="/metrics, /healthz, /readyz (0 = any free port)")
+    p.add_argument("--assignment-keys", type=Path, metavar="DIR",
+                   help="sign each GPU assignment for its pod with this key ring (a mounted Secret, docs/security.md), "
+                        "so that agents started with the same keys serve only the scheduler's assignments "
+                        "(default: unsigned)")
     p.add_argument("--dashboard-port", type=port, metavar="PORT",
                    help="serve the dashboard (docs/dashboard.md) on this port (default: off; 0 = any free port)")
     p.add_argument("--dashboard-address", default="127.0.0.1", metavar="ADDRESS",
@@ -144,6 +149,11 @@ def _run(args: argparse.Namespace) -> int:
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request otherwise
     profile = load_profile(args.config, args.scheduler_name)
     build_profile(profile)  # unknown plugins or bad args: fail now, not in the first cycle
+    if args.assignment_keys is not None:
+        load_keyring(args.assignment_keys)  # a ModelError naming the directory or the key, now
+    else:
+        logging.getLogger("gpufleet.scheduler").warning(
+            "no --assignment-keys: GPU assignments are written unsigned (docs/security.md)")
     if args.qps < 0:
         raise UsageError(f"--qps must be 0 (unlimited) or more, got {args.qps:g}")
     if args.api_timeout <= 0:
@@ -167,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
     service = SchedulerService(rest, profile, ServiceSettings(
         scheduler_name=args.scheduler_name, identity=f"{identity}_{os.getpid()}" if not os.environ.get("POD_NAME")
         else identity, qps=args.qps, burst=args.burst, workers=args.workers, leader_election=lease,
-        assign=args.assign_with, faults=faults, karpenter=karpenter))
+        assign=args.assign_with, faults=faults, karpenter=karpenter, assignment_keys=args.assignment_keys))
     try:
         http = HealthServer(args.http_port, service.metrics, service.ready, service.leading).start()
     except OSError as exc:

@@ -42,6 +42,7 @@ from gpufleet.kube.ratelimit import TokenBucket
 from gpufleet.kube.rest import STRATEGIC, Rest, path
 from gpufleet.kube.retry import Retrier
 from gpufleet.kube.translate import assignment, meta
+from gpufleet.model.assignment_auth import SIGNATURE_ANNOTATION, KeyDir, sign
 from gpufleet.model import NodeInfo, Placement
 from gpufleet.model import annotations as ann
 
@@ -79,12 +80,14 @@ def status_is(obj: Obj, reason: str, message: str, nominated: str | None = None)
 class Binder:
     def __init__(self, rest: Rest, cache: SchedulerCache, bucket: TokenBucket, retrier: Retrier,
                  events: EventRecorder, metrics: Metrics, *, workers: int = 16, assign: str = "binding",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, keys: KeyDir | None = None) -> None:
         if assign not in ("binding", "patch"):
             raise ValueError(f"assign must be 'binding' or 'patch', got {assign!r}")
         self.assign = assign
         self._rest, self._cache, self._bucket, self._retrier = rest, cache, bucket, retrier
         self._events, self._metrics, self._clock = events, metrics, clock
+        self._keys = keys
+        """Signs each assignment for its pod (`model.assignment_auth`); None: unsigned."""
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
         self._in_order = _InOrder(self._pool)
 
@@ -100,9 +103,12 @@ class Binder:
     def _bind(self, key: str, obj: Obj, p: Placement, node: NodeInfo, first_seen: float) -> bool:
         m = meta(obj)
         text = ann.encode_assignment(assignment(p, node))
+        annotations = {ann.ASSIGNMENT_ANNOTATION: text}
+        if self._keys is not None:
+            annotations[SIGNATURE_ANNOTATION] = sign(self._keys.ring(), str(m.get("uid") or ""), key, p.node, text)
         failed: list[str] = []  # the kinds of the bind's failed tries
         try:
-            body: dict[str, Any] = {"metadata": {"annotations": {ann.ASSIGNMENT_ANNOTATION: text}}}
+            body: dict[str, Any] = {"metadata": {"annotations": dict(annotations)}}
             if m.get("resourceVersion"):
                 body["metadata"]["resourceVersion"] = m["resourceVersion"]
             if self.assign == "patch":
@@ -110,7 +116,7 @@ class Binder:
                            binding=False)
             binding = {"apiVersion": "v1", "kind": "Binding",
                        "metadata": {"name": m.get("name"), "namespace": m.get("namespace") or "default",
-                                    "uid": m.get("uid"), "annotations": {ann.ASSIGNMENT_ANNOTATION: text}},
+                                    "uid": m.get("uid"), "annotations": dict(annotations)},
                        "target": {"apiVersion": "v1", "kind": "Node", "name": p.node}}
             self._call("bind pods", f"bind pod {key} to {p.node}", lambda: self._rest.post(pod_url(obj, "binding"), binding),
                        failed=failed)

@@ -26,8 +26,8 @@ TEMPORARY_STATUS = frozenset({409, 410, 429})
 """Besides every 5xx: a write lost a race (409), a resourceVersion expired (410), the server
 or a PodDisruptionBudget asks us to slow down (429)."""
 
-RBAC_HINT = ("the agent's service account needs list on pods, get and patch on nodes and patch on "
-             "nodes/status (deploy/agent/rbac.yaml)")
+RBAC_HINT = ("the agent's service account needs list on pods, get and patch on nodes, patch on "
+             "nodes/status and create on events.k8s.io events (deploy/agent/rbac.yaml)")
 
 
 class KubeError(Exception):

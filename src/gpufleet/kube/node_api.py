@@ -13,6 +13,8 @@ Requests, and the RBAC each needs:
   before a write.
 * `PATCH /api/v1/nodes/N` (patch nodes) and `PATCH /api/v1/nodes/N/status` (patch
   nodes/status): see `node_patch` for what the bodies hold and why.
+* `POST /apis/events.k8s.io/v1/namespaces/NS/events` (create events): a Warning on a pod
+  whose GPU assignment the agent refuses (`AssignmentRejected`).
 
 Every call goes through a `Retrier`: temporary failures are retried with backoff, and node
 writes that still fail are cooled down between calls (see `retry`).
@@ -24,17 +26,19 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Callable, Mapping, cast
 
 import lightkube
 from lightkube.models import meta_v1
 from lightkube.resources.core_v1 import Node, NodeStatus, Pod
+from lightkube.resources.events_v1 import Event
 from lightkube.types import PatchType
 
 from gpufleet.kube import node_patch
 from gpufleet.kube.retry import Retrier, RetryPolicy
 
 log = logging.getLogger(__name__)
+AGENT_CONTROLLER = "gpufleet.io/agent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,18 @@ class KubeNodeApi:
     def patch_node(self, changes: node_patch.NodeChanges) -> None:
         """Read the node, then merge `changes` into its metadata, taints and status (two PATCHes)."""
         self._retrier.call(f"patch node {self._node}", lambda: self._patch(changes), cooldown=True)
+
+    def pod_event(self, namespace: str, name: str, uid: str, reason: str, note: str) -> None:
+        """A Warning event about a pod on this node, from `gpufleet.io/agent` (its instance: the node)."""
+        now = self._now()
+        event = cast(Event, Event.from_dict({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": f"{name}.{int(now.timestamp() * 1e9):x}", "namespace": namespace},
+            "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "reportingController": AGENT_CONTROLLER,
+            "reportingInstance": self._node, "action": "Allocate", "reason": reason, "type": "Warning",
+            "note": note[:1024], "regarding": {"apiVersion": "v1", "kind": "Pod", "name": name,
+                                               "namespace": namespace, "uid": uid}}))
+        self._retrier.call(f"create event on pod {namespace}/{name}", lambda: self._client.create(event))
 
     def _patch(self, changes: node_patch.NodeChanges) -> None:
         # One unit of retry: after a 409 the node is read again and both bodies rebuilt.

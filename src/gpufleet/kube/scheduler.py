@@ -32,6 +32,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -55,6 +56,7 @@ from gpufleet.kube.rest import Rest, path
 from gpufleet.kube.retry import Retrier, RetryPolicy
 from gpufleet.model import ClusterSnapshot, Placement, PodSpec, PodUid
 from gpufleet.model.annotations import SCHEDULER_NAME
+from gpufleet.model.assignment_auth import KeyDir
 
 log = logging.getLogger(__name__)
 PODGROUPS = "scheduling.x-k8s.io/v1alpha1"
@@ -90,6 +92,8 @@ class ServiceSettings:
     faults: FaultSettings = field(default_factory=FaultSettings)
     karpenter: KarpenterSettings | None = None
     """None: no Karpenter integration (`--karpenter` off)."""
+    assignment_keys: Path | None = None
+    """Where the assignment-signing key ring is (`--assignment-keys`, a mounted Secret); None: unsigned."""
 
 
 class SchedulerService:
@@ -104,7 +108,8 @@ class SchedulerService:
         self.events = EventRecorder(rest, self.retrier, settings.identity, qps=max(settings.qps, 50.0),
                                     burst=settings.burst)
         self.binder = Binder(rest, self.cache, self.bucket, self.retrier, self.events, self.metrics,
-                             workers=settings.workers, assign=settings.assign)
+                             workers=settings.workers, assign=settings.assign,
+                             keys=KeyDir(settings.assignment_keys) if settings.assignment_keys else None)
         self.informers = self._informers()
         self.elector = (LeaderElector(rest, settings.identity, settings.leader_election)
                         if settings.leader_election else None)

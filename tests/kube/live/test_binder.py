@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import Any, Callable
 
 import httpx2
@@ -19,6 +20,7 @@ from gpufleet.kube.retry import Retrier, RetryPolicy
 from gpufleet.kube import translate
 from gpufleet.model import NodeName, Placement, PodUid
 from gpufleet.model import annotations as ann
+from gpufleet.model.assignment_auth import SIGNATURE_ANNOTATION, KeyDir, load_keyring, verify
 
 from .test_cache import gpu_node
 from .test_translate import pod
@@ -46,7 +48,7 @@ class FakeRest:
         return {"spec": {"nodeName": "n1" if self.bound_on_read else None}}
 
 
-def run(rest: FakeRest) -> tuple[SchedulerCache, bool]:
+def run(rest: FakeRest, keys: KeyDir | None = None) -> tuple[SchedulerCache, bool]:
     cache = SchedulerCache()
     cache.upsert_node(gpu_node())
     p = pod("a", limits={"nvidia.com/gpu": 1})
@@ -54,7 +56,7 @@ def run(rest: FakeRest) -> tuple[SchedulerCache, bool]:
     retrier = Retrier(RetryPolicy(attempts=2, first_delay_s=0.0, budget_s=1.0), logging.getLogger("t"),
                       sleep=lambda s: None)
     events = EventRecorder(rest, retrier, "me")  # type: ignore[arg-type]
-    binder = Binder(rest, cache, TokenBucket(0, 1), retrier, events, Metrics())  # type: ignore[arg-type]
+    binder = Binder(rest, cache, TokenBucket(0, 1), retrier, events, Metrics(), keys=keys)  # type: ignore[arg-type]
     placement = Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920)
     ok = binder.bind("ns/a", p, placement, translate.node_info(gpu_node()), 0.0).result()
     binder.close()
@@ -71,6 +73,21 @@ def test_a_bind_is_one_binding_carrying_the_assignment() -> None:
     a = ann.decode_assignment(binding["metadata"]["annotations"][ann.ASSIGNMENT_ANNOTATION])
     assert a.node == "n1" and a.gpus == ("GPU-b",) and a.milli == 1000
     assert cache.assumed_count() == 1 and cache.pending() == []  # until the watch echo
+
+
+def test_with_keys_the_binding_carries_a_signature_for_this_pod_node_and_assignment(tmp_path: Path) -> None:
+    (tmp_path / "k1").write_bytes(b"s" * 32)
+    rest = FakeRest(lambda: {})
+    _, ok = run(rest, KeyDir(tmp_path))
+    annotations = next(b for u, b in rest.posts if u.endswith("/binding"))["metadata"]["annotations"]
+    ring = load_keyring(tmp_path)
+    text = annotations[ann.ASSIGNMENT_ANNOTATION]
+    assert ok and annotations[SIGNATURE_ANNOTATION].startswith("v1:k1:")
+    assert verify(ring, annotations[SIGNATURE_ANNOTATION], "uid-a", "ns/a", "n1", text) is None
+    assert verify(ring, annotations[SIGNATURE_ANNOTATION], "uid-b", "ns/a", "n1", text) == "mismatch"
+    unsigned = FakeRest(lambda: {})
+    run(unsigned)
+    assert SIGNATURE_ANNOTATION not in next(b for u, b in unsigned.posts if u.endswith("/binding"))["metadata"]["annotations"]
 
 
 @pytest.mark.parametrize(("failure", "bound_on_read", "assumed"), [
