@@ -1,10 +1,13 @@
 """charts/gpufleet with the real helm (built by `make kube`): it lints, and with its defaults it
-renders the objects of deploy/ (`kubectl kustomize`), apart from Helm's own labels; its values
-change what they say and nothing else.
+renders the objects of deploy/ (`kubectl kustomize`), apart from Helm's own labels, plus one
+object deploy/ leaves to the operator, the Secret of assignment keys; its values change what they
+say and nothing else.
 """
 
 from __future__ import annotations
 
+import base64
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,9 @@ CHART = ROOT / "charts" / "gpufleet"
 KUBE = read_versions().kubernetes
 """Render for the Kubernetes version the live tests run (hack/kube/versions.env)."""
 HELM_ONLY_LABELS = ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "helm.sh/chart")
+KEYS_SECRET = f"Secret/{NAMESPACE}/gpufleet-assignment-keys"
+"""The one object the chart makes that deploy/ does not ship (a key in a public repository is no key)."""
+KEYS_DIR = "/var/run/secrets/gpufleet/assignment-keys"
 
 
 def _helm(*args: str) -> str:
@@ -65,12 +71,74 @@ def test_helm_lint_passes_strict() -> None:
     assert "0 chart(s) failed" in out
 
 
-def test_with_its_defaults_the_chart_renders_the_objects_of_deploy() -> None:
+def test_with_its_defaults_the_chart_renders_the_objects_of_deploy_and_the_keys_secret() -> None:
     chart = _by_key([_without_helm_labels(o) for o in render("namespace.create=true")])
+    base = _by_key(manifests.render_base())
+    assert sorted(set(chart) - set(base)) == [KEYS_SECRET]  # that one extra object, and only it
+    assert sorted(set(base) - set(chart)) == []
+    for k, obj in base.items():
+        assert chart[k] == obj, k
+
+
+def test_without_assignment_keys_create_the_chart_renders_exactly_the_objects_of_deploy() -> None:
+    chart = _by_key([_without_helm_labels(o) for o in render("namespace.create=true", "assignmentKeys.create=false")])
     base = _by_key(manifests.render_base())
     assert sorted(chart) == sorted(base)
     for k, obj in base.items():
-        assert chart[k] == obj, k
+        assert chart[k] == obj, k  # the mounts and flags stay: the operator provides the Secret
+
+
+def _keys_secret(objs: list[Obj]) -> Obj:
+    return _find(objs, "Secret", "gpufleet-assignment-keys")
+
+
+def test_the_keys_secret_holds_one_random_64_character_key_kept_on_uninstall() -> None:
+    first, second = _keys_secret(render()), _keys_secret(render())
+    assert first["type"] == "Opaque" and "stringData" not in first
+    assert first["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert first["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpufleet"
+    keys = []
+    for secret in (first, second):
+        assert list(secret["data"]) == ["k1"]  # one key, so no `active` file is needed
+        key = base64.b64decode(secret["data"]["k1"], validate=True).decode()
+        assert re.fullmatch(r"[A-Za-z0-9]{64}", key), key
+        keys.append(key)
+    assert keys[0] != keys[1], "the same key in two renders is not random"
+    assert len(set(keys[0])) > 16  # not a constant padded out
+    assert manifests.validate_builtin(first)
+
+
+def test_the_keys_secret_is_made_in_the_release_namespace_and_only_when_asked() -> None:
+    assert _keys_secret(render(namespace="gpu-team"))["metadata"]["namespace"] == "gpu-team"
+    assert not [o for o in render("assignmentKeys.create=false") if o["kind"] == "Secret"]
+    assert _keys_secret(render("agent.enabled=false"))  # the scheduler signs whether or not our agent runs
+
+
+def test_the_keys_secret_keeps_the_clusters_data_on_upgrade() -> None:
+    """lookup returns the live Secret on install/upgrade and nothing under `helm template`: the
+    template must copy the live data (keys added for a rotation included) and only make a key
+    when there is none. helm cannot look up without a cluster, so this reads the template (the
+    live test of an upgrade is tests/live/test_helm_live.py)."""
+    text = (CHART / "templates" / "assignment-keys-secret.yaml").read_text()
+    text = re.sub(r"\{\{-? /\*.*?\*/ -?\}\}", "", text, flags=re.S)  # the comment
+    assert re.search(r'lookup "v1" "Secret" \.Release\.Namespace \$name', text)
+    assert "toYaml $existing.data" in text and "randAlphaNum 64 | b64enc" in text
+    assert text.index("toYaml $existing.data") < text.index("randAlphaNum")  # the live data wins
+
+
+@pytest.mark.parametrize("create", ["true", "false"])
+def test_the_chart_mounts_the_keys_and_passes_the_flag_in_both(create: str) -> None:
+    objs = render(f"assignmentKeys.create={create}")
+    for kind, name, mode in (("Deployment", "gpufleet-scheduler", 0o440), ("DaemonSet", "gpufleet-agent", 0o400)):
+        workload = _find(objs, kind, name)
+        c = _container(workload)
+        assert c["command"][c["command"].index("--assignment-keys") + 1] == KEYS_DIR
+        (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == KEYS_DIR]
+        assert mount["readOnly"] is True
+        (volume,) = [v for v in workload["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+        assert volume["secret"] == {"secretName": "gpufleet-assignment-keys", "defaultMode": mode}
+    assert _find(objs, "Deployment", "gpufleet-scheduler")["spec"]["template"]["spec"]["securityContext"][
+        "fsGroup"] == 65532
 
 
 def test_helm_adds_its_labels_but_keeps_every_selector_as_deploy_has_it() -> None:
@@ -179,6 +247,8 @@ def test_the_agent_mounts_the_mps_root_its_config_names(tmp_path: Path) -> None:
     ("karpenter.enabled=maybe", "/karpenter/enabled"),
     ("dashboard.port=70000", "/dashboard/port"),
     ("agent.enabled=no", "/agent/enabled"),
+    ("assignmentKeys.create=yes", "/assignmentKeys/create"),
+    ("assignmentKeys.key=abc", "key"),
     ("agent.config=flags: [unclosed", "agent.config is not a YAML mapping"),
 ])
 def test_bad_values_fail_the_render_and_name_the_value(bad: str, says: str) -> None:

@@ -31,11 +31,13 @@ SCHEDULER: set[tuple[str, str, str, str]] = {
     *((manifests.NAMESPACE, "coordination.k8s.io", "leases", v) for v in ("get", "create", "update")),
 }
 AGENT: set[tuple[str, str, str, str]] = {
-    # src/gpufleet/kube/node_api.py: GET/PATCH nodes/N, PATCH nodes/N/status, GET pods?fieldSelector=spec.nodeName=N
+    # src/gpufleet/kube/node_api.py: GET/PATCH nodes/N, PATCH nodes/N/status, GET pods?fieldSelector=spec.nodeName=N,
+    # POST events
     (CLUSTER, "", "nodes", "get"),
     (CLUSTER, "", "nodes", "patch"),
     (CLUSTER, "", "nodes/status", "patch"),
     (CLUSTER, "", "pods", "list"),
+    (CLUSTER, "events.k8s.io", "events", "create"),  # AssignmentRejected on a pod with a forged assignment
 }
 
 

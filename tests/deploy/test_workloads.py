@@ -21,8 +21,11 @@ from tests.deploy import manifests, podsecurity
 from tests.deploy.manifests import Obj
 
 IMAGE = "ghcr.io/gpufleet/gpufleet:0.1.0"
+KEYS_DIR = "/var/run/secrets/gpufleet/assignment-keys"
+KEYS_SECRET = "gpufleet-assignment-keys"
+"""The assignment-signing key ring (docs/security.md): a Secret deploy/ does not ship, mounted into both."""
 SCHEDULER_COMMAND = ["gpufleet", "scheduler", "--config", "/etc/gpufleet/profile.yaml", "--leader-elect",
-                     "--lease-namespace", "gpufleet-system", "--http-port", "8080"]
+                     "--lease-namespace", "gpufleet-system", "--http-port", "8080", "--assignment-keys", KEYS_DIR]
 """The contract with `gpufleet scheduler` (src/gpufleet/cli/scheduler_cmd.py): no --kubeconfig means
 the pod's service account; /metrics, /healthz and /readyz are served on --http-port."""
 
@@ -91,6 +94,7 @@ def test_scheduler_command_parses_with_the_scheduler_cli(rendered: list[Obj]) ->
     args = build_parser().parse_args(SCHEDULER_COMMAND[1:])
     assert args.kubeconfig is None and args.leader_elect is True  # in-cluster service account
     assert str(args.config) == SCHEDULER_COMMAND[3] and args.http_port == 8080
+    assert str(args.assignment_keys) == KEYS_DIR  # signs every assignment
     role = manifests.find(rendered, "Role", "gpufleet-scheduler-leader-election")
     assert args.lease_namespace == role["metadata"]["namespace"]
 
@@ -160,6 +164,72 @@ def test_agent_command_parses_with_the_agent_cli_and_matches_its_mounts(rendered
     assert rest == "" and volume["configMap"]["name"] == "gpufleet-agent-config"  # a directory of named configs
     assert [p["containerPort"] for p in c["ports"]] == [args.metrics_port]
     assert env_field(agent, "NODE_NAME") == "spec.nodeName"  # --node-name defaults to $NODE_NAME
+    assert str(args.assignment_keys) == KEYS_DIR  # serves only signed assignments
+
+
+# -- the assignment keys (both) ----------------------------------------------------------------
+
+def can_read(mode: int, file_uid: int, file_gid: int, uid: int, gids: set[int]) -> bool:
+    """Unix read permission for a process without capabilities (both containers drop ALL)."""
+    if uid == file_uid:
+        return bool(mode & 0o400)
+    if file_gid in gids:
+        return bool(mode & 0o040)
+    return bool(mode & 0o004)
+
+
+def secret_file_owner(workload: Obj) -> tuple[int, int]:
+    """(uid, gid) of the files of a Secret volume: the kubelet writes them as root, and with an
+    fsGroup gives them that group (and at least r--r----- on a read-only volume's files)."""
+    return 0, pod_spec(workload).get("securityContext", {}).get("fsGroup", 0)
+
+
+@pytest.mark.parametrize("name", ["scheduler", "agent"])
+def test_both_mount_the_assignment_keys_secret_read_only_and_required(request: pytest.FixtureRequest,
+                                                                      name: str) -> None:
+    workload: Obj = request.getfixturevalue(name)
+    volume, rest = mount_source(workload, KEYS_DIR)
+    assert rest == ""
+    (mount,) = [m for m in container(workload)["volumeMounts"] if m["mountPath"] == KEYS_DIR]
+    assert mount["readOnly"] is True and "subPath" not in mount  # subPath mounts never see a rotation
+    assert volume["secret"]["secretName"] == KEYS_SECRET
+    assert not volume["secret"].get("optional"), "without the Secret the pods must wait, not run unsigned"
+    assert "items" not in volume["secret"]  # every key id in the ring, and `active`, become files
+    mode = volume["secret"]["defaultMode"]
+    assert mode & 0o007 == 0, f"{name}: keys readable by others ({mode:o})"
+    assert mode & 0o222 == 0, f"{name}: keys writable ({mode:o})"
+
+
+@pytest.mark.parametrize("name", ["scheduler", "agent"])
+def test_the_process_can_read_the_keys_and_nobody_else_in_the_pod(request: pytest.FixtureRequest,
+                                                                  name: str) -> None:
+    workload: Obj = request.getfixturevalue(name)
+    psc = pod_spec(workload)["securityContext"]
+    uid, gid = psc["runAsUser"], psc["runAsGroup"]
+    gids = {gid, *([psc["fsGroup"]] if "fsGroup" in psc else []), *psc.get("supplementalGroups", [])}
+    volume, _ = mount_source(workload, KEYS_DIR)
+    mode = volume["secret"]["defaultMode"]
+    file_uid, file_gid = secret_file_owner(workload)
+    assert can_read(mode, file_uid, file_gid, uid, gids), f"{name} (uid {uid}) cannot read mode {mode:o}"
+    assert not can_read(mode, file_uid, file_gid, 4242, {4242}), "another user could read the keys"
+    assert "CAP_DAC_OVERRIDE" not in container(workload)["securityContext"]["capabilities"].get("add", [])
+
+
+def test_the_scheduler_reads_the_keys_through_its_fs_group_not_as_root(scheduler: Obj) -> None:
+    psc = pod_spec(scheduler)["securityContext"]
+    assert psc["runAsUser"] != 0 and psc["fsGroup"] == psc["runAsGroup"] == 65532
+    volume, _ = mount_source(scheduler, KEYS_DIR)
+    assert volume["secret"]["defaultMode"] == 0o440
+    # without the fsGroup the same mode would lock the scheduler out
+    assert not can_read(0o440, 0, 0, psc["runAsUser"], {psc["runAsGroup"]})
+
+
+def test_the_base_ships_no_secret_and_no_role_may_read_secrets(rendered: list[Obj]) -> None:
+    """A key in a public repository is no key: the operator creates the Secret (docs/install.md)."""
+    assert [manifests.key(o) for o in rendered if o["kind"] == "Secret"] == []
+    for role in (o for o in rendered if o["kind"] in ("ClusterRole", "Role")):
+        for rule in role["rules"]:
+            assert "secrets" not in rule["resources"] and "*" not in rule["resources"], manifests.key(role)
 
 
 def matches(terms: list[dict[str, Any]], labels: dict[str, str]) -> bool:
