@@ -193,12 +193,15 @@ def test_a_node_write_failing_during_an_outage_is_logged_once_and_written_when_t
     name = "outage-node"
     add_node(cluster, name)
     (tmp_path / "config.yaml").write_text("")
+    keys = tmp_path / "keys"  # as deploy/ runs it: with assignment keys (without, the agent warns once at start)
+    keys.mkdir()
+    (keys / "k1").write_text("k" * 64)
     backend = fake.load_fixture("h100-sxm-8")
     vtime = VirtualTime()
     apiserver = cluster.component("kube-apiserver")
     with node_api(kubeconfig, name, vtime) as api, caplog.at_level(logging.INFO):
         agent = Agent(lambda: backend, api, configsource.ConfigSource(tmp_path / "config.yaml"),
-                      AgentOptions(name, sock_dir, metrics_port=0, health_poll_s=0.05))
+                      AgentOptions(name, sock_dir, metrics_port=0, health_poll_s=0.05, assignment_keys=keys))
         apiserver.stop()
         try:
             try:
