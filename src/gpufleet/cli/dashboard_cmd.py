@@ -25,12 +25,11 @@ from types import FrameType
 from typing import Any
 
 from gpufleet.cli.main import UsageError, finite_float, port, random_seed
-from gpufleet.cli.scheduler_cmd import load_profile
-from gpufleet.framework.profile import ProfileSettings, build_for
-from gpufleet.framework.profiles import BUILTIN, builtin
+from gpufleet.cli.scheduler_cmd import profile_by_name
+from gpufleet.framework.profile import build_for
+from gpufleet.framework.profiles import BUILTIN
 from gpufleet.kube import snapshot_io
 from gpufleet.model import read_text
-from gpufleet.model.annotations import SCHEDULER_NAME
 from gpufleet.sim.default_workload import OPENB_NODES, default_workload
 from gpufleet.sim.replay import replay
 from gpufleet.sim.traces import scenario
@@ -70,12 +69,8 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _profile(name: str) -> ProfileSettings:
-    return builtin(name) if name in BUILTIN else load_profile(Path(name), SCHEDULER_NAME)
-
-
 def source_of(args: argparse.Namespace) -> Source:
-    settings = _profile(args.profile)
+    settings = profile_by_name(args.profile)
     if args.snapshot is not None:
         for flag in ("scenario", "until_s"):
             if getattr(args, flag) is not None:

@@ -134,6 +134,11 @@ def load_profile(path: Path, scheduler_name: str) -> ProfileSettings:
     return next((p for p in profiles if p.name == scheduler_name), profiles[0])
 
 
+def profile_by_name(name: str) -> ProfileSettings:
+    """A built-in profile by its name, or the profile of a YAML file (`--profile NAME|FILE`)."""
+    return builtin(name) if name in BUILTIN else load_profile(Path(name), SCHEDULER_NAME)
+
+
 def _connect(kubeconfig: Path | None, timeout_s: float = 10.0) -> Rest:
     try:
         cfg = kube_config.from_kubeconfig(kubeconfig) if kubeconfig else kube_config.in_cluster()
@@ -229,10 +234,7 @@ def _replay(args: argparse.Namespace) -> int:
     except FileNotFoundError:
         raise UsageError(f"{args.file}: no such file") from None
     dump = snapshot_io.loads(text, str(args.file))
-    if args.profile in BUILTIN:
-        settings = builtin(args.profile)
-    else:
-        settings = load_profile(Path(args.profile), SCHEDULER_NAME)
+    settings = profile_by_name(args.profile)
     snap = ClusterSnapshot.build(dump.nodes, dump.running, dump.pod_groups)
     profile = build_profile(settings, BuildContext(typical_tasks(dump.pending)))
     started = time.perf_counter()

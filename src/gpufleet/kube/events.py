@@ -34,12 +34,12 @@ evictions, faults)."""
 
 
 def event_body(pod: Mapping[str, Any], *, reason: str, note: str, type_: str, action: str,
-               instance: str, now: float) -> dict[str, Any]:
+               instance: str, now: float, controller: str = CONTROLLER) -> dict[str, Any]:
     m = pod.get("metadata") or {}
     name = f"{m.get('name', '')}.{int(now * 1e9):x}"
     return {"apiVersion": "events.k8s.io/v1", "kind": "Event",
             "metadata": {"name": name, "namespace": m.get("namespace") or "default"},
-            "eventTime": micro_time(now), "reportingController": CONTROLLER, "reportingInstance": instance,
+            "eventTime": micro_time(now), "reportingController": controller, "reportingInstance": instance,
             "action": action, "reason": reason, "type": type_, "note": note[:1024],
             "regarding": {"apiVersion": "v1", "kind": "Pod", "name": m.get("name"),
                           "namespace": m.get("namespace") or "default", "uid": m.get("uid")}}

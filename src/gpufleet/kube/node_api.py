@@ -35,6 +35,7 @@ from lightkube.resources.events_v1 import Event
 from lightkube.types import PatchType
 
 from gpufleet.kube import node_patch
+from gpufleet.kube.events import event_body
 from gpufleet.kube.retry import Retrier, RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -82,14 +83,10 @@ class KubeNodeApi:
 
     def pod_event(self, namespace: str, name: str, uid: str, reason: str, note: str) -> None:
         """A Warning event about a pod on this node, from `gpufleet.io/agent` (its instance: the node)."""
-        now = self._now()
-        event = cast(Event, Event.from_dict({
-            "apiVersion": "events.k8s.io/v1", "kind": "Event",
-            "metadata": {"name": f"{name}.{int(now.timestamp() * 1e9):x}", "namespace": namespace},
-            "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "reportingController": AGENT_CONTROLLER,
-            "reportingInstance": self._node, "action": "Allocate", "reason": reason, "type": "Warning",
-            "note": note[:1024], "regarding": {"apiVersion": "v1", "kind": "Pod", "name": name,
-                                               "namespace": namespace, "uid": uid}}))
+        pod = {"metadata": {"namespace": namespace, "name": name, "uid": uid}}
+        body = event_body(pod, reason=reason, note=note, type_="Warning", action="Allocate", instance=self._node,
+                          now=self._now().timestamp(), controller=AGENT_CONTROLLER)
+        event = cast(Event, Event.from_dict(body))
         self._retrier.call(f"create event on pod {namespace}/{name}", lambda: self._client.create(event))
 
     def _patch(self, changes: node_patch.NodeChanges) -> None:

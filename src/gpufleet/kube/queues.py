@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Sequence
 
 from gpufleet.core.fairshare import fair_shares
 from gpufleet.core.queued import add_demand
-from gpufleet.core.quota import QueueBook
+from gpufleet.core.quota import F64, QueueBook
 from gpufleet.core.queued import QueueContext
 from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.model import ClusterSnapshot, ModelError, PodSpec, PodUid, Queue, QueueTree
@@ -99,10 +100,20 @@ class QueueState:
         return {pod.uid: by_group.get(pod.pod_group, 0.0) for pod in pending if pod.pod_group}
 
 
-def queue_status(tree: QueueTree, snapshot: ClusterSnapshot, pending: Sequence[PodSpec]
-                 ) -> dict[str, dict[str, object]]:
-    """Per queue: what it holds, its fair share (held plus asked, as the core computes it) and
-    how many pods wait in it or below it, in the Queue CR's status shape (quantities)."""
+@dataclass(frozen=True, slots=True)
+class QueueFigures:
+    """Per queue of a tree (`names`, in `QueueBook` order): what it holds, its fair share (held
+    plus asked, as the core computes it), both per dimension (`dims`), and the pods waiting in it
+    or below it."""
+
+    names: tuple[str, ...]
+    dims: tuple[str, ...]
+    allocated: F64
+    fair_share: F64
+    waiting: tuple[int, ...]
+
+
+def queue_figures(tree: QueueTree, snapshot: ClusterSnapshot, pending: Sequence[PodSpec]) -> QueueFigures:
     book = QueueBook(tree, snapshot.cluster)
     book.load(snapshot.placements.values())
     want = book.alloc.copy()
@@ -111,10 +122,17 @@ def queue_status(tree: QueueTree, snapshot: ClusterSnapshot, pending: Sequence[P
     for pod in pending:
         for a in book.up[book.queue_of(pod.queue)]:
             waiting[a] += 1
-    fair = fair_shares(book, want)
-    return {name: {"allocated": _quantities(book.alloc[i]), "fairShare": _quantities(fair[i]),
-                   "pending": waiting[i]}
-            for i, name in enumerate(book.names)}
+    return QueueFigures(book.names, book.dims, book.alloc, fair_shares(book, want), tuple(waiting))
+
+
+def queue_status(tree: QueueTree, snapshot: ClusterSnapshot, pending: Sequence[PodSpec]
+                 ) -> dict[str, dict[str, object]]:
+    """Per queue: what it holds, its fair share and how many pods wait in it or below it, in the
+    Queue CR's status shape (quantities)."""
+    f = queue_figures(tree, snapshot, pending)
+    return {name: {"allocated": _quantities(f.allocated[i]), "fairShare": _quantities(f.fair_share[i]),
+                   "pending": f.waiting[i]}
+            for i, name in enumerate(f.names)}
 
 
 def _quantities(row: Sequence[float]) -> dict[str, str]:

@@ -15,9 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from gpufleet.core.fairshare import fair_shares
-from gpufleet.core.queued import add_demand
-from gpufleet.core.quota import QueueBook
+from gpufleet.kube.queues import queue_figures
 from gpufleet.model import ClusterSnapshot, GpuKind, GpuRequest, ModelError, NodeInfo, Placement, PodSpec, PodUid
 from gpufleet.model import Queue, QueueTree
 from gpufleet.model.queue import GPU
@@ -156,22 +154,14 @@ def queue_rows(queues: Sequence[Queue], snapshot: ClusterSnapshot, pending: Sequ
         tree = QueueTree.build(queues)
     except ModelError:
         return ()
-    book = QueueBook(tree, snapshot.cluster)
-    book.load(snapshot.placements.values())
-    want = book.alloc.copy()
-    add_demand(book, want, pending)
-    fair = fair_shares(book, want)
-    gpu = book.dims.index(GPU)
-    waiting = [0] * len(book.names)
-    for pod in pending:
-        for a in book.up[book.queue_of(pod.queue)]:
-            waiting[a] += 1
+    f = queue_figures(tree, snapshot, pending)
+    gpu = f.dims.index(GPU)
     rows = []
-    for i, name in enumerate(book.names):
+    for i, name in enumerate(f.names):
         q = tree.queues[name]
-        rows.append(QueueRow(name, q.parent, q.weight, _gpus(book.alloc[i, gpu]), _gpus(fair[i, gpu]),
+        rows.append(QueueRow(name, q.parent, q.weight, _gpus(f.allocated[i, gpu]), _gpus(f.fair_share[i, gpu]),
                              _gpus(q.guaranteed[GPU]) if GPU in q.guaranteed else None,
-                             _gpus(q.limit[GPU]) if GPU in q.limit else None, waiting[i]))
+                             _gpus(q.limit[GPU]) if GPU in q.limit else None, f.waiting[i]))
     return tuple(rows)
 
 

@@ -17,6 +17,7 @@ from gpufleet.framework.plugins.fragmentation import typical_tasks
 from gpufleet.framework.profile import ProfileSettings, build_profile
 from gpufleet.framework.registry import BuildContext
 from gpufleet.kube import translate
+from gpufleet.kube.binder import scheduled_condition
 from gpufleet.kube.scheduler import SchedulerService
 from gpufleet.kube.snapshot_io import Dump
 from gpufleet.model import ClusterSnapshot, PodUid, Queue
@@ -179,7 +180,7 @@ class LiveSource:
 
 def _condition(obj: Mapping[str, Any]) -> tuple[str, str]:
     """The reason and message of a pod's `PodScheduled=False` condition, if it has one."""
-    for c in (obj.get("status") or {}).get("conditions") or ():
-        if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            return str(c.get("reason") or ""), str(c.get("message") or "")
-    return "", ""
+    c = scheduled_condition(obj)
+    if c is None or c.get("status") != "False":
+        return "", ""
+    return str(c.get("reason") or ""), str(c.get("message") or "")
