@@ -217,7 +217,7 @@ BAD_JOBS = [
     ("duration: soon", 5, "jobs[0].duration", "seconds", "a duration that is not a number"),
     ("priority: high", 5, "jobs[0].priority", "whole number", "a priority that is not a number"),
     ("priority: 3000000000", 5, "jobs[0].priority", "at most 2,147,483,647", "a priority beyond int32"),
-    ("replicas: 100000000", 5, "jobs[0].replicas", "at most 1,000,000", "more replicas than can be built"),
+    ("replicas: 100000000", 5, "jobs[0].replicas", "at most 100,000", "more replicas than can be built"),
     ("tolerations: [{operator: Maybe}]", 5, "jobs[0].tolerations[0].operator", "unknown value", "a bad operator"),
     ("affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: "
      "[{matchExpressions: [{key: k, operator: In}]}]}}}", 5,

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, TypeVar
 import yaml
 
 from gpufleet.agent import xids
-from gpufleet.model import ModelError
+from gpufleet.model import ModelError, documents
 
 T = TypeVar("T")
 
@@ -45,6 +45,9 @@ class SharingStrategy(str, Enum):
     MPS = "mps"
 
 
+MAX_REPLICAS = 1000
+"""Replicas of one device: each becomes a device ID the kubelet tracks, and a fuzzed config with
+10**9 of them took the agent minutes and gigabytes to plan. 1000 is one per GPU-milli."""
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute", "none")
 
@@ -148,7 +151,7 @@ class _Section:
         self.path, self.source, self.warnings = path, source, warnings
 
     def where(self, key: str) -> str:
-        return f"config {self.source}: {self.path + '.' if self.path else ''}{key}"
+        return f"config {self.source}: {self.path + '.' if self.path else ''}{documents.printable(key)}"
 
     def check_keys(self, known: tuple[str, ...], ignored: tuple[str, ...] = ()) -> None:
         for key in self.data:
@@ -229,7 +232,8 @@ def _replicated(section: _Section, i: int, item: object) -> ReplicatedResource:
     r.check_keys(("name", "replicas"), ("rename", "devices"))
     name = r.get("name", str, "", lambda v: None if v.startswith("nvidia.com/") else
                  f"must be an nvidia.com/ resource (nvidia.com/gpu or nvidia.com/mig-<profile>), got {v!r}")
-    replicas = r.get("replicas", int, 0, lambda v: None if v >= 2 else f"must be at least 2, got {v}")
+    replicas = r.get("replicas", int, 0, lambda v: f"must be at least 2, got {v}" if v < 2 else
+                     f"must be at most {MAX_REPLICAS}, got {v}" if v > MAX_REPLICAS else None)
     return ReplicatedResource(name, replicas)
 
 

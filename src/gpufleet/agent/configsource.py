@@ -20,7 +20,7 @@ from typing import Callable, Mapping
 import yaml
 
 from gpufleet.agent import config as cfg
-from gpufleet.model import ModelError, read_text
+from gpufleet.model import ModelError, documents, read_text
 
 NODE_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 
@@ -35,7 +35,7 @@ class LoadedConfig:
 
 def load_text(text: str, source: str) -> cfg.AgentConfig:
     try:
-        data = yaml.safe_load(text)
+        data = documents.safe_load(text)
     except yaml.YAMLError as exc:
         raise cfg.ConfigError(f"config {source}", f"is not valid YAML: {cfg.yaml_problem(exc)}") from None
     return cfg.parse_config(data, source)

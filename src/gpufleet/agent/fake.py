@@ -19,7 +19,7 @@ import yaml
 from gpufleet.agent import devices as dev
 from gpufleet.agent.backend import BackendError
 from gpufleet.agent.config import yaml_problem
-from gpufleet.model import ModelError, read_text
+from gpufleet.model import ModelError, documents, read_text
 
 FIXTURE_PACKAGE = "gpufleet.agent.fixtures"
 
@@ -40,7 +40,7 @@ def load_fixture(name_or_path: str) -> FakeBackend:
         raise ModelError(f"fixture {name_or_path!r}",
                          f"no such fixture; shipped ones: {', '.join(fixture_names())} (or give a .yaml path)")
     try:
-        data = yaml.safe_load(text)
+        data = documents.safe_load(text)
     except yaml.YAMLError as exc:
         raise ModelError(f"fixture {name_or_path}", f"is not valid YAML: {yaml_problem(exc)}") from None
     if not isinstance(data, dict):

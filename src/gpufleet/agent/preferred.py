@@ -24,6 +24,7 @@ from gpufleet.agent.plan import Kind, ResourcePlan, Unit
 def preferred(plan: ResourcePlan, available: list[str], must: list[str], size: int,
               domain_of: Callable[[str], str | None], packed: bool = False) -> list[str]:
     """`domain_of(gpu_uuid)` gives the GPU's NVLink domain (None without NVLink)."""
+    size = max(size, 0)  # a negative size sliced must-include IDs from the end (found by fuzzing)
     must = [m for m in dict.fromkeys(must) if m in plan.by_id]
     pool = [a for a in dict.fromkeys(available) if a in plan.by_id and a not in must]
     need = size - len(must)

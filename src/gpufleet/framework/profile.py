@@ -32,6 +32,7 @@ from gpufleet.framework.plugins.fragmentation import TypicalTask, typical_tasks
 from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.framework.registry import NEEDS_TYPICAL_TASKS, BuildContext, Entry, NoArgs, default_registry
 from gpufleet.model import PodSpec
+from gpufleet.model import documents
 
 DEFAULT_FILTERS = ("NodeResourcesFit", "TaintToleration", "NodeAffinity", "GpuFit")
 
@@ -177,7 +178,7 @@ def load_profiles(text: str, source: str = "profile", registry: Mapping[str, Ent
                   ) -> tuple[ProfileSettings, ...]:
     """Parse a KubeSchedulerConfiguration-like YAML document into profile settings."""
     try:
-        doc = yaml.safe_load(text)
+        doc = documents.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
@@ -217,7 +218,7 @@ def _profile(raw: object, where: str, reg: Mapping[str, Entry]) -> ProfileSettin
         entry = _mapping(item, w)
         _only(entry, {"name", "args"}, w)
         pname = entry.get("name")
-        if pname not in reg:
+        if not isinstance(pname, str) or pname not in reg:
             raise ProfileError(f"{w}.name: unknown plugin {pname!r}")
         args[str(pname)] = parse_args(reg[str(pname)].args_type, entry.get("args", {}), f"{w}.args")
     queueing = parse_args(QueueingConfig, body.get("queueing", {}), f"{where}.queueing")
@@ -240,7 +241,7 @@ def _ref(raw: object, where: str, reg: Mapping[str, Entry], *, weighted: bool) -
     body = _mapping(raw, where)
     _only(body, {"name", "weight"} if weighted else {"name"}, where)
     name = body.get("name")
-    if name not in reg:
+    if not isinstance(name, str) or name not in reg:
         raise ProfileError(f"{where}.name: unknown plugin {name!r}; known: {', '.join(sorted(reg))}")
     weight = body.get("weight", 1)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < math.inf:
@@ -257,7 +258,7 @@ def parse_args(args_type: type, raw: object, where: str) -> Any:
     body = _mapping(raw, where)
     if args_type is NoArgs:
         if body:
-            raise ProfileError(f"{where}: this plugin takes no arguments, got {sorted(body)}")
+            raise ProfileError(f"{where}: this plugin takes no arguments, got {sorted(map(str, body))}")
         return NoArgs()
     hints = get_type_hints(args_type)
     fields = {f.name for f in dataclasses.fields(args_type)}
@@ -265,7 +266,8 @@ def parse_args(args_type: type, raw: object, where: str) -> Any:
     for key, value in body.items():
         attr = _snake(str(key))
         if attr not in fields:
-            raise ProfileError(f"{where}.{key}: unknown argument; known: {', '.join(sorted(fields))}")
+            raise ProfileError(f"{where}.{documents.printable(key)}: unknown argument; "
+                               f"known: {', '.join(sorted(fields))}")
         values[attr] = _typed(value, hints[attr], f"{where}.{key}")
     try:
         return args_type(**values)
@@ -296,6 +298,6 @@ def _mapping(raw: object, where: str) -> dict[str, Any]:
 
 
 def _only(body: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(body) - allowed)
+    unknown = sorted((k for k in body if k not in allowed), key=str)  # YAML keys may be numbers too
     if unknown:
         raise ProfileError(f"{where}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}")

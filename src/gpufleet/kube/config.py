@@ -22,6 +22,7 @@ import yaml
 from lightkube.config.models import Cluster, Context, User
 
 from gpufleet.kube.errors import KubeConfigError
+from gpufleet.model import documents
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 FIELD_MANAGER = "gpufleet-agent"
@@ -112,7 +113,7 @@ def _read_yaml(path: Path, where: str) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise KubeConfigError(f"{where}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = documents.safe_load(text)
     except yaml.YAMLError as exc:
         raise KubeConfigError(f"{where}: not valid YAML: {_one_line(exc)}") from None
     if not isinstance(data, dict):

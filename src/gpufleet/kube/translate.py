@@ -19,14 +19,16 @@ Pod groups are keyed `namespace/name` (a PodGroup's pods live in its namespace).
 from __future__ import annotations
 
 from datetime import datetime
+from enum import Enum
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 from gpufleet.model import (GPU_MILLI, GPU_PRODUCT_LABEL, Gpu, GpuRequest, GpuUuid, ModelError, NodeInfo,
                             NodeName, NodeSelectorRequirement, NodeSelectorTerm, Operator, Placement,
                             PodGroup, PodSpec, PodUid, Queue, Taint, TaintEffect, Toleration,
                             TolerationOperator, gpu_fraction, mig_slices, whole_gpus)
 from gpufleet.model import annotations as ann
+from gpufleet.model import documents
 from gpufleet.model import queue as queues
 from gpufleet.model import units
 from gpufleet.model.pod import NO_GPU
@@ -37,6 +39,10 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 """GFD: memory of one GPU in MiB."""
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+MAX_NODE_DEVICES = 4096
+"""`nvidia.com/gpu` a node may advertise without an inventory annotation (one synthetic device each):
+time slicing multiplies GPUs by the replicas (8 x 48 = 384 is real), but 10**9 is a node that
+would take the scheduler minutes and gigabytes to build."""
 
 
 def meta(obj: Obj) -> Obj:
@@ -93,7 +99,8 @@ def pod_spec(pod: Obj) -> PodSpec:
         uid=PodUid(str(m.get("uid") or f"{ns}/{name}")), name=name, namespace=ns, cpu_milli=cpu, mem_mib=mem,
         gpu=gpu_request(extended, where), gpu_models=models,
         node_selector=MappingProxyType(dict(spec.get("nodeSelector") or {})), affinity=terms,
-        tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or ()),
+        tolerations=tuple(_toleration(t, f"{where}: tolerations[{i}]")
+                          for i, t in enumerate(spec.get("tolerations") or ())),
         priority=priority if isinstance(priority, int) else 0,
         queue=labels.get(queues.QUEUE_LABEL, queues.DEFAULT_QUEUE),
         pod_group=f"{ns}/{group}" if group else None,
@@ -111,7 +118,7 @@ def _requests(spec: Obj, where: str) -> tuple[int, int, dict[str, int]]:
             merged.setdefault(k, v)
         out: dict[str, int] = {}
         for k, v in merged.items():
-            f = f"{cwhere}: resources.{k}"
+            f = f"{cwhere}: resources.{documents.printable(k)}"
             if k == "cpu":
                 out[k] = units.cpu_milli(v, f)
             elif k == "memory":
@@ -169,12 +176,13 @@ def _affinity(spec: Obj, where: str) -> tuple[tuple[NodeSelectorTerm, ...], froz
     models: set[str] | None = None
     for i, term in enumerate(required.get("nodeSelectorTerms") or ()):
         reqs = []
-        for r in term.get("matchExpressions") or ():
+        for j, r in enumerate(term.get("matchExpressions") or ()):
+            rwhere = f"{where}: nodeSelectorTerms[{i}].matchExpressions[{j}]"
+            op = _enum(Operator, r.get("operator"), f"{rwhere}.operator")
             try:
-                op = Operator(r.get("operator"))
-            except ValueError:
-                raise ModelError(f"{where}: nodeSelectorTerms[{i}]", f"unknown operator {r.get('operator')!r}") from None
-            reqs.append(NodeSelectorRequirement(str(r.get("key", "")), op, tuple(r.get("values") or ())))
+                reqs.append(NodeSelectorRequirement(str(r.get("key", "")), op, tuple(r.get("values") or ())))
+            except ModelError as exc:  # its own `where` names the label key, not the pod
+                raise ModelError(rwhere, exc.problem) from None
             if r.get("key") == GPU_PRODUCT_LABEL and op is Operator.IN:
                 models = (models or set()) | set(r.get("values") or ())
         terms.append(NodeSelectorTerm(tuple(reqs)))
@@ -182,10 +190,23 @@ def _affinity(spec: Obj, where: str) -> tuple[tuple[NodeSelectorTerm, ...], froz
     return tuple(terms), frozenset(models) if models and len(terms) == 1 else frozenset()
 
 
-def _toleration(t: Obj) -> Toleration:
+def _toleration(t: Obj, where: str) -> Toleration:
     effect = t.get("effect")
-    return Toleration(str(t.get("key") or ""), TolerationOperator(t.get("operator") or "Equal"),
-                      str(t.get("value") or ""), TaintEffect(effect) if effect else None)
+    operator = _enum(TolerationOperator, t.get("operator") or "Equal", f"{where}.operator")
+    return Toleration(str(t.get("key") or ""), operator, str(t.get("value") or ""),
+                      _enum(TaintEffect, effect, f"{where}.effect") if effect else None)
+
+
+E = TypeVar("E", bound=Enum)
+
+
+def _enum(kind: type[E], value: object, where: str) -> E:
+    """`kind(value)`, or a ModelError naming the field (the API server validates these for
+    built-in objects, but a dump or a future API version may still hold another value)."""
+    for member in kind:
+        if member.value == value:
+            return member
+    raise ModelError(where, f"unknown value {value!r}; expected one of {', '.join(str(m.value) for m in kind)}")
 
 
 # -- nodes --------------------------------------------------------------------------------
@@ -197,8 +218,9 @@ def node_info(node: Obj) -> NodeInfo:
     status = node.get("status") or {}
     alloc: Mapping[str, Any] = status.get("allocatable") or status.get("capacity") or {}
     labels: dict[str, str] = dict(m.get("labels") or {})
-    taints = tuple(Taint(str(t.get("key", "")), str(t.get("value") or ""), TaintEffect(t.get("effect", "NoSchedule")))
-                   for t in (node.get("spec") or {}).get("taints") or ())
+    taints = tuple(Taint(str(t.get("key", "")), str(t.get("value") or ""),
+                         _enum(TaintEffect, t.get("effect", "NoSchedule"), f"{where}: spec.taints[{i}].effect"))
+                   for i, t in enumerate((node.get("spec") or {}).get("taints") or ()))
     if (node.get("spec") or {}).get("unschedulable"):
         taints += (Taint("node.kubernetes.io/unschedulable", "", TaintEffect.NO_SCHEDULE),)
     return NodeInfo(name, units.cpu_milli(alloc.get("cpu", 0), f"{where}: allocatable.cpu"),
@@ -218,6 +240,9 @@ def node_gpus(node: Obj) -> tuple[Gpu, ...]:
     n = units.count(alloc.get(ann.GPU_RESOURCE, 0), f"node {name}: allocatable.{ann.GPU_RESOURCE}")
     if not n:
         return ()
+    if n > MAX_NODE_DEVICES:
+        raise ModelError(f"node {name}: allocatable.{ann.GPU_RESOURCE}",
+                         f"{n} devices; at most {MAX_NODE_DEVICES} on one node")
     labels = m.get("labels") or {}
     model = labels.get(GPU_PRODUCT_LABEL, "unknown")
     try:
@@ -310,5 +335,6 @@ def _dims(raw: Mapping[str, Any], where: str) -> dict[str, int]:
         elif k == ann.GPU_RESOURCE:
             out[queues.GPU] = units.count(v, f"{where}.{k}") * GPU_MILLI
         else:
-            raise ModelError(f"{where}.{k}", f"unknown resource; expected cpu, memory or {ann.GPU_RESOURCE}")
+            raise ModelError(f"{where}.{documents.printable(k)}",
+                             f"unknown resource; expected cpu, memory or {ann.GPU_RESOURCE}")
     return out

@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from gpufleet.model import documents
 from gpufleet.model.errors import ModelError
 from gpufleet.model.node import Gpu, GpuUuid
 
@@ -177,10 +178,7 @@ def _slice_ref(item: object, where: str) -> MigSliceRef:
 
 
 def _load(text: str, annotation: str) -> Any:
-    try:
-        return json.loads(text)
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise ModelError(f"annotation {annotation}", f"is not valid JSON: {exc}") from None
+    return documents.loads_json(text, f"annotation {annotation}")
 
 
 def _object(value: object, where: str) -> Mapping[str, object]:

@@ -11,6 +11,8 @@ from decimal import Decimal, InvalidOperation
 
 from gpufleet.model.errors import ModelError
 
+MAX_QUANTITY = Decimal(2**63 - 1)
+"""The largest quantity in base units (bytes, cores, devices), as Kubernetes' int64 holds it."""
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
             "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12),
@@ -22,16 +24,31 @@ def parse_quantity(value: str | int, where: str) -> Decimal:
     if isinstance(value, bool):
         raise ModelError(where, f"expected a quantity, got {value!r}")
     if isinstance(value, int):
-        return Decimal(value)
+        return _bounded(Decimal(value), value, where)
     if not isinstance(value, str):
         raise ModelError(where, f"expected a quantity, got {value!r}")
     text = value.strip()
     for suffix, factor in _BINARY.items():
         if text.endswith(suffix):
-            return _number(text[: -len(suffix)], value, where) * factor
+            return _bounded(_number(text[: -len(suffix)], value, where) * factor, value, where)
     suffix = text[-1:] if text[-1:] in _DECIMAL and not text[-1:].isdigit() else ""
     number = text[: len(text) - len(suffix)]
-    return _number(number, value, where) * _DECIMAL[suffix]
+    return _bounded(_number(number, value, where) * _DECIMAL[suffix], value, where)
+
+
+def _bounded(amount: Decimal, original: str | int, where: str) -> Decimal:
+    """Kubernetes holds a quantity in an int64 (of milli-units at most), so it never exceeds
+    MAX_QUANTITY; without this bound `1e999999999` would be built as a billion-digit integer."""
+    if abs(amount) > MAX_QUANTITY:
+        raise ModelError(where, f"{_short(original)} is too large (at most {MAX_QUANTITY:.3e})")
+    return amount
+
+
+def _short(value: str | int) -> str:
+    if isinstance(value, int) and value.bit_length() > 128:  # repr() refuses over 4,300 digits
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
 
 
 def _number(text: str, original: str, where: str) -> Decimal:
@@ -41,6 +58,8 @@ def _number(text: str, original: str, where: str) -> Decimal:
         raise ModelError(where, f"{original!r} is not a quantity") from None
     if not result.is_finite():
         raise ModelError(where, f"{original!r} is not a finite quantity")
+    if result.adjusted() > 30:  # 1e999999999: scaling it would overflow Decimal's own context
+        raise ModelError(where, f"{_short(original)} is too large (at most {MAX_QUANTITY:.3e})")
     return result
 
 

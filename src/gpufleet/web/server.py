@@ -114,7 +114,10 @@ def _handler(server: DashboardServer) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            url = urlsplit(self.path)
+            try:
+                url = urlsplit(self.path)
+            except ValueError:  # `//[x`: an unclosed IPv6 host (found by fuzzing; a traceback before)
+                return self._reply(400, b"bad request path\n")
             if url.path in ASSETS:
                 name, kind = ASSETS[url.path]
                 return self._reply(200, asset(name), kind)

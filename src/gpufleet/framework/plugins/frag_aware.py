@@ -45,6 +45,12 @@ class FragAwareArgs:
     """Score the change of the one-step look-ahead fragmentation V_n instead of F_n (see the
     module docstring). Off by default; costs about 1.5x FGD's time per pod."""
 
+    def __post_init__(self) -> None:
+        # Here, not in FragAware(): the profile loader turns an Args' ValueError into a
+        # ProfileError naming the key (a fuzzed profile found the check too late, in the plugin).
+        if not 0 <= self.tightness_weight <= 100:
+            raise ValueError(f"tightnessWeight must be in 0..100, got {self.tightness_weight}")
+
 
 class LookaheadValue(StateValues):
     """V(s) = sum_m p_m x min over placements of typical task m on state s of F(s + m), F(s) if m does not fit.
@@ -137,8 +143,6 @@ class FragAware(FragScorePlugin):
     name = NAME
 
     def __init__(self, args: FragAwareArgs, typical_tasks: tuple[TypicalTask, ...]) -> None:
-        if not 0 <= args.tightness_weight <= 100:
-            raise ValueError(f"FragAware: tightnessWeight must be in 0..100, got {args.tightness_weight}")
         values = LookaheadValue if args.lookahead else StateValues
         super().__init__(FragScorer(typical_tasks, TightScore(args.tightness_weight), values))
 

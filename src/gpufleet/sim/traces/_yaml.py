@@ -14,25 +14,27 @@ from typing import Iterable
 
 import yaml
 
-from gpufleet.model import ModelError, read_text
+from gpufleet.model import ModelError, documents, read_text
 
 
 def compose(path: Path) -> Loc:
     """The document root of `path`; YAML syntax errors become ModelErrors with their line."""
     try:
-        root = yaml.compose(read_text(path), Loader=yaml.SafeLoader)
+        root = documents.compose(read_text(path))
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 1
         raise ModelError(f"{path}:{line}", f"invalid YAML: {exc.problem}") from exc
+    except yaml.YAMLError as exc:  # the reader's: a character YAML does not allow
+        raise ModelError(f"{path}:1", f"invalid YAML: {str(exc).splitlines()[0]}") from None
     if root is None:
         raise ModelError(f"{path}:1", "the file holds no YAML document")
-    return Loc(root, str(path), "", yaml.constructor.SafeConstructor())
+    return Loc(root, str(path), "", documents.Constructor())
 
 
 class Loc:
     """One YAML node, where it is, and typed accessors that fail with that location."""
 
-    def __init__(self, node: yaml.Node, file: str, path: str, constructor: yaml.constructor.SafeConstructor):
+    def __init__(self, node: yaml.Node, file: str, path: str, constructor: documents.Constructor):
         self.node = node
         self.file = file
         self.path = path
@@ -53,9 +55,8 @@ class Loc:
         result: dict[str, Loc] = {}
         for key_node, value_node in self.node.value:
             key = Loc(key_node, self.file, self.path, self._constructor).scalar()
-            key_text = str(key)
-            child = Loc(value_node, self.file, f"{self.path}.{key_text}" if self.path else key_text,
-                        self._constructor)
+            key_text, shown = str(key), documents.printable(key)
+            child = Loc(value_node, self.file, f"{self.path}.{shown}" if self.path else shown, self._constructor)
             if allowed and key_text not in allowed:
                 raise child.error(f"unknown key; expected one of {', '.join(sorted(allowed))}")
             if key_text in result:
@@ -77,7 +78,10 @@ class Loc:
     def scalar(self) -> object:
         if not isinstance(self.node, yaml.ScalarNode):
             raise self.error(f"expected a single value, got {self._kind()}")
-        value: object = self._constructor.construct_object(self.node)
+        try:
+            value: object = self._constructor.construct_object(self.node)
+        except yaml.YAMLError as exc:  # a tag it does not know (!foo), a timestamp 2026-13-45, ...
+            raise self.error(getattr(exc, "problem", None) or str(exc).splitlines()[0]) from None
         return value
 
     def text(self) -> str:

@@ -47,6 +47,10 @@ GPU_MEMORY_MIB: Mapping[str, int] = MappingProxyType({
 })
 """Memory per GPU model (vendor data sheets); 0 = undisclosed model, GPU memory not modelled."""
 
+MAX_DIGITS = 18
+MAX_GPUS_PER_NODE = 64
+"""The openb nodes hold at most 8; a bigger `gpu` is a typo, not a node of a billion devices to build."""
+
 QOS_CLASSES = frozenset({"LS", "BE", "Burstable", "Guaranteed"})
 POD_PHASES = frozenset({"Running", "Succeeded", "Failed", "Pending"})
 
@@ -76,6 +80,8 @@ def read_nodes(path: Path, *, max_pods: int = 110) -> tuple[NodeInfo, ...]:
         where = f"{path}:{line}"
         name = _name(row[0], seen, f"{where}: sn")
         count = _count(row[3], f"{where}: gpu")
+        if count > MAX_GPUS_PER_NODE:
+            raise ModelError(f"{where}: gpu", f"{count} GPUs on one node; at most {MAX_GPUS_PER_NODE}")
         nodes.append(NodeInfo(NodeName(name), _count(row[1], f"{where}: cpu_milli"),
                               _count(row[2], f"{where}: memory_mib"), max_pods,
                               MappingProxyType({GPU_PRODUCT_LABEL: row[4]} if count else {}),
@@ -188,8 +194,11 @@ def _wrong_width(row: list[str], header: tuple[str, ...], where: str) -> None:
 
 
 def _count(text: str, where: str) -> int:
-    """A non-negative integer column (str.isdigit alone would accept '²')."""
+    """A non-negative integer column (str.isdigit alone would accept '²'), at most 18 digits: the
+    model's arrays are int64, and Python refuses to convert more than 4,300 digits at all."""
     if text.isascii() and text.isdigit():
+        if len(text.lstrip("0")) > MAX_DIGITS:
+            raise ModelError(where, f"{text[:20]!r}... has more than {MAX_DIGITS} digits")
         return int(text)
     raise ModelError(where, "is empty" if not text else f"expected a non-negative whole number, got {text!r}")
 

@@ -35,6 +35,7 @@ from typing import Mapping, Sequence
 
 from gpufleet.model import (GPU_PRODUCT_LABEL, Gpu, GpuUuid, ModelError, NodeInfo, NodeName, PodGroup,
                             PodSpec, PodUid, Queue, read_text, whole_gpus)
+from gpufleet.model.documents import printable
 from gpufleet.sim.workload import Job, Workload
 
 SUBDIR = "gavel-philly-derived"
@@ -58,6 +59,12 @@ POD_MEM_MIB_PER_GPU = 30 * 1024
 
 Throughputs = Mapping[str, Mapping[tuple[str, int], float]]
 """GPU type -> (job type, GPUs) -> steps per second running alone."""
+
+MAX_DIGITS = 18
+MAX_JOB_GPUS = 4096
+"""Philly's largest jobs used 128 GPUs; a bigger scale factor is a typo, not a gang to build."""
+MAX_CLUSTER_GPUS = 800_000
+"""GPUs of one type in a cluster spec (100,000 8-GPU nodes, the scenario format's bound)."""
 
 _KEY = re.compile(r"\('(.+)', (\d+)\)")
 
@@ -126,6 +133,8 @@ def _job(fields: list[str], path: Path, line: int, table: Mapping[tuple[str, int
     steps = _positive_int(fields[4], f"{where}: total_steps")
     arrival = _arrival(fields[5], f"{where}: arrival_time")
     gpus = _positive_int(fields[6], f"{where}: scale_factor")
+    if gpus > MAX_JOB_GPUS:
+        raise ModelError(f"{where}: scale_factor", f"{gpus} GPUs for one job; at most {MAX_JOB_GPUS}")
     rate, basis = _throughput(table, job_type, gpus, gpu_type, f"{where}: job_type")
     name = f"{path.stem}-{line:04d}"
     pods, group = _pods(name, path.stem, gpus, arrival)
@@ -169,8 +178,11 @@ def read_throughputs(path: Path) -> Throughputs:
             match = _KEY.fullmatch(key)
             rate = entry.get("null") if isinstance(entry, dict) else None
             if match is None or not isinstance(rate, (int, float)):
-                raise ModelError(f"{path}: {gpu_type}: {key}", "expected \"('<job type>', <GPUs>)\": "
-                                                               "{\"null\": <steps/s>, ...}")
+                raise ModelError(f"{path}: {printable(gpu_type)}: {printable(key)}",
+                                 "expected \"('<job type>', <GPUs>)\": {\"null\": <steps/s>, ...}")
+            if len(match[2]) > MAX_DIGITS:
+                raise ModelError(f"{path}: {printable(gpu_type)}: {printable(key[:40])}",
+                                 f"more than {MAX_DIGITS} digits of GPUs")
             table[(match[1], int(match[2]))] = float(rate)
         result[gpu_type] = MappingProxyType(table)
     return MappingProxyType(result)
@@ -181,6 +193,10 @@ def _json(path: Path) -> object:
         return json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise ModelError(f"{path}:{exc.lineno}", f"not valid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise ModelError(f"{path}", "not valid JSON: nested too deeply") from None
+    except ValueError:  # the only other ValueError: an integer of more than 4,300 digits
+        raise ModelError(f"{path}", "not valid JSON: a number of more than 4,300 digits") from None
 
 
 def read_cluster_spec(path: Path, index: int = 0) -> Mapping[str, int]:
@@ -190,10 +206,15 @@ def read_cluster_spec(path: Path, index: int = 0) -> Mapping[str, int]:
     if not isinstance(specs, list) or not 0 <= index < len(specs) or not isinstance(specs[index], str):
         raise ModelError(f"{path}", f"expected {{\"<trace>\": [\"v100:p100:k80\", ...]}} with entry {index}")
     spec: str = specs[index]
+    shown = printable(spec)
     counts = spec.split(":")
     if len(counts) != len(GPU_TYPES):
-        raise ModelError(f"{path}: {spec}", "expected three GPU counts v100:p100:k80")
-    return MappingProxyType({t: _count(c, f"{path}: {spec}: {t}") for t, c in zip(GPU_TYPES, counts)})
+        raise ModelError(f"{path}: {shown}", "expected three GPU counts v100:p100:k80")
+    result = {t: _count(c, f"{path}: {shown}: {t}") for t, c in zip(GPU_TYPES, counts)}
+    for t, n in result.items():
+        if n > MAX_CLUSTER_GPUS:
+            raise ModelError(f"{path}: {shown}: {t}", f"{n} GPUs; at most {MAX_CLUSTER_GPUS:,} of one type")
+    return MappingProxyType(result)
 
 
 def cluster_nodes(spec: Mapping[str, int]) -> tuple[NodeInfo, ...]:
@@ -219,6 +240,8 @@ def _positive_int(text: str, where: str) -> int:
 
 def _count(text: str, where: str) -> int:
     if text.isascii() and text.isdigit():
+        if len(text.lstrip("0")) > MAX_DIGITS:  # int64 in the model; Python converts no more than 4,300
+            raise ModelError(where, f"{text[:20]!r}... has more than {MAX_DIGITS} digits")
         return int(text)
     raise ModelError(where, "is empty" if not text else f"expected a non-negative whole number, got {text!r}")
 
