@@ -1,7 +1,10 @@
 """RBAC is exactly what each component calls: every (apiGroup, resource, verb) below, nothing more.
 
 The lists are written out here, separately from deploy/, so that widening a rule (a new verb,
-a wildcard, another resource) fails this test until the list is changed on purpose.
+a wildcard, another resource) fails this test until the list is changed on purpose. That they
+are what the components call is measured: tests/live/test_rbac_recorded_live.py records every
+request of the live tests and finds each of these used and nothing else; docs/security.md
+lists them with their reasons (tests/deploy/test_security_doc.py keeps it equal to these sets).
 """
 
 from __future__ import annotations
@@ -14,20 +17,21 @@ from tests.deploy.manifests import Obj
 CLUSTER = "cluster"
 SCHEDULER: set[tuple[str, str, str, str]] = {
     # (scope, apiGroup, resource, verb)
-    *((CLUSTER, "", "pods", v) for v in ("get", "list", "watch")),  # pod informer
+    *((CLUSTER, "", "pods", v) for v in ("list", "watch")),  # pod informer
+    (CLUSTER, "", "pods", "get"),                   # after a Binding whose reply was lost: is the pod bound?
     (CLUSTER, "", "pods", "patch"),                 # gpufleet.io/gpu-assignment annotation before binding
     (CLUSTER, "", "pods/binding", "create"),
     (CLUSTER, "", "pods/status", "patch"),          # PodScheduled=False reason Unschedulable
     (CLUSTER, "", "pods/eviction", "create"),       # preemption through the Eviction API (PDBs)
-    *((CLUSTER, g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")),
-    *((CLUSTER, "", "nodes", v) for v in ("get", "list", "watch")),
+    (CLUSTER, "events.k8s.io", "events", "create"),  # Scheduled, FailedScheduling, preemptions, GPU faults
+    *((CLUSTER, "", "nodes", v) for v in ("list", "watch")),
     (CLUSTER, "", "nodes", "patch"),                # --karpenter: karpenter.sh/do-not-disrupt on busy GPU nodes
-    *((CLUSTER, "scheduling.x-k8s.io", "podgroups", v) for v in ("get", "list", "watch")),
-    *((CLUSTER, "scheduling.x-k8s.io", "podgroups/status", v) for v in ("update", "patch")),
-    *((CLUSTER, "gpufleet.io", "queues", v) for v in ("get", "list", "watch")),
-    *((CLUSTER, "gpufleet.io", "queues/status", v) for v in ("update", "patch")),
-    *((CLUSTER, "karpenter.sh", "nodepools", v) for v in ("get", "list", "watch")),  # --karpenter: templates
-    *((CLUSTER, "karpenter.sh", "nodeclaims", v) for v in ("get", "list", "watch", "create")),  # in flight; created
+    *((CLUSTER, "scheduling.x-k8s.io", "podgroups", v) for v in ("list", "watch")),
+    (CLUSTER, "scheduling.x-k8s.io", "podgroups/status", "patch"),
+    *((CLUSTER, "gpufleet.io", "queues", v) for v in ("list", "watch")),
+    (CLUSTER, "gpufleet.io", "queues/status", "patch"),
+    *((CLUSTER, "karpenter.sh", "nodepools", v) for v in ("list", "watch")),  # --karpenter: templates
+    *((CLUSTER, "karpenter.sh", "nodeclaims", v) for v in ("list", "watch", "create")),  # in flight; created
     *((manifests.NAMESPACE, "coordination.k8s.io", "leases", v) for v in ("get", "create", "update")),
 }
 AGENT: set[tuple[str, str, str, str]] = {

@@ -49,9 +49,12 @@ class Resource:
 class KubeClient:
     """Blocking JSON requests with one identity (a bearer token), TLS checked against the cluster's CA."""
 
-    def __init__(self, server: str, token: str, ca_file: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, server: str, token: str, ca_file: str, *, timeout_s: float = 30.0,
+                 headers: Mapping[str, str] | None = None) -> None:
+        """`headers` go with every request, e.g. Impersonate-User and Impersonate-Group to act as
+        another identity (which the token's user must be allowed to impersonate)."""
         self.server = server
-        self._http = httpx2.Client(base_url=server, headers={"Authorization": f"Bearer {token}"},
+        self._http = httpx2.Client(base_url=server, headers={"Authorization": f"Bearer {token}", **(headers or {})},
                                    verify=ssl.create_default_context(cafile=ca_file), timeout=timeout_s,
                                    trust_env=False)
         self._by_plural: dict[str, Resource] = {}
@@ -117,10 +120,11 @@ class KubeClient:
 
     # --- objects
 
-    def create(self, obj: Mapping[str, Any]) -> Obj:
+    def create(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> Obj:
+        """POST `obj`; with `dry_run` the server admits and validates it (`?dryRun=All`) but stores nothing."""
         res = self.resource_of(obj)
         namespace = (obj.get("metadata") or {}).get("namespace") or ("default" if res.namespaced else None)
-        return self.call("POST", res.path(namespace), obj)
+        return self.call("POST", res.path(namespace), obj, params={"dryRun": "All"} if dry_run else None)
 
     def create_all(self, objs: Iterable[Mapping[str, Any]]) -> builtins.list[Obj]:
         return [self.create(o) for o in objs]

@@ -23,6 +23,10 @@ What runs, and how (docs/control-plane.md):
 Components under test (the scheduler, the agent) are not started here; they connect with a
 kubeconfig of their own ServiceAccount (`service_account_kubeconfig`), so RBAC applies to them
 as it would in a user's cluster.
+
+`add_stop_listener` hands every cluster that stops, with its complete audit log, to a function:
+how a test session looks at all the control planes it started (tests/live/conftest.py records
+every request the scheduler and the agent made, to check RBAC against them).
 """
 
 from __future__ import annotations
@@ -52,6 +56,10 @@ STAGES = Path(__file__).with_name("kwok-stages.yaml")
 DURATION_ANNOTATION = "gpufleet.io/test-duration"
 """A pod with this annotation (a Go duration, "30s") succeeds that long after it starts running
 (KWOK's stage `pod-complete` in kwok-stages.yaml reads it)."""
+START_DELAY_ANNOTATION = "gpufleet.io/test-start-delay"
+"""A pod with this annotation (a Go duration) starts running that long after it is bound, as after
+an image pull: the window in which a kubelet calls the device plugin's Allocate (stage
+`pod-ready-after-start-delay`)."""
 ADMIN = "gpufleet-test-admin"
 CONTROL_PLANE_USERS = ("system:kube-controller-manager", "system:kube-scheduler", "system:apiserver", "kwok",
                        "karpenter")
@@ -71,6 +79,11 @@ class AuditRecord:
     namespace: str
     name: str
     code: int
+    uri: str = ""
+    """The request's path and query; what names a request to a non-resource URL (`/apis/...`
+    discovery), which has no resource."""
+    stage: str = "ResponseComplete"
+    """ResponseComplete, or ResponseStarted for a watch whose answer had begun (`iter_audit(stages=...)`)."""
 
     @property
     def path(self) -> str:
@@ -99,6 +112,19 @@ _RUNNING: weakref.WeakSet[Cluster] = weakref.WeakSet()
 ends on an exception leaves no control plane behind (components run in their own sessions)."""
 
 
+StopListener = Callable[["Cluster"], None]
+_STOP_LISTENERS: list[StopListener] = []
+
+
+def add_stop_listener(listener: StopListener) -> Callable[[], None]:
+    """Call `listener(cluster)` whenever a started Cluster stops: after its processes have
+    stopped, so that its audit log is complete, with its work directory still in place. A
+    listener must not raise (it would end `stop()` after the processes, not before them).
+    Returns the function that removes the listener."""
+    _STOP_LISTENERS.append(listener)
+    return lambda: _STOP_LISTENERS.remove(listener)
+
+
 @atexit.register
 def _stop_running() -> None:
     for cluster in list(_RUNNING):
@@ -118,6 +144,7 @@ class Cluster:
         self.pki: Pki | None = None
         self.etcd_port = self.apiserver_port = self.kwok_port = 0
         self.versions = read_versions().as_dict()
+        self._started = False
 
     # --- lifecycle
 
@@ -135,6 +162,7 @@ class Cluster:
     def start(self) -> Cluster:
         binaries = {name: binary(name) for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kwok")}
         _RUNNING.add(self)
+        self._started = True
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.pki = make_pki(self.workdir / "pki")
         self._write_auth_files()
@@ -171,6 +199,10 @@ class Cluster:
         if self._admin is not None:
             self._admin.close()
             self._admin = None
+        started, self._started = self._started, False
+        if started:  # once per start, though stop() runs again at exit
+            for listener in list(_STOP_LISTENERS):
+                listener(self)
 
     def restart(self, component: str, *, kill: bool = True) -> None:
         """Kill (or stop) one component and start it again with the same flags and data."""
@@ -261,7 +293,9 @@ class Cluster:
         """Every completed request recorded so far (none with `audit=False`)."""
         return list(self.iter_audit())
 
-    def iter_audit(self) -> Iterator[AuditRecord]:
+    def iter_audit(self, stages: tuple[str, ...] = ("ResponseComplete",)) -> Iterator[AuditRecord]:
+        """The requests recorded so far, at the given stages: ResponseComplete by default, one
+        record per request; a watch still open has only a ResponseStarted record."""
         path = self.logs / "audit.log"
         if not path.exists():
             return
@@ -271,14 +305,15 @@ class Cluster:
                     event = json.loads(line)
                 except ValueError:
                     continue  # a line being written
-                if event.get("stage") != "ResponseComplete":
+                if event.get("stage") not in stages:
                     continue
                 ref = event.get("objectRef") or {}
                 yield AuditRecord(user=(event.get("user") or {}).get("username", ""), verb=event.get("verb", ""),
                                   api_group=ref.get("apiGroup", ""), resource=ref.get("resource", ""),
                                   subresource=ref.get("subresource", ""), namespace=ref.get("namespace", ""),
                                   name=ref.get("name", ""),
-                                  code=int((event.get("responseStatus") or {}).get("code", 0)))
+                                  code=int((event.get("responseStatus") or {}).get("code", 0)),
+                                  uri=event.get("requestURI", ""), stage=event.get("stage", ""))
 
     # --- the components
 
