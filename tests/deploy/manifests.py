@@ -45,6 +45,12 @@ def render_base(directory: Path = DEPLOY) -> list[Obj]:
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
+def admission_policy() -> list[Obj]:
+    """deploy/admission/'s objects (applied apart from the kustomize base: they are cluster-scoped kinds
+    that kustomize's namespace transformer would namespace)."""
+    return [doc for p in sorted((DEPLOY / "admission").glob("*.yaml")) for doc in yaml.safe_load_all(p.read_text()) if doc]
+
+
 def load_samples() -> dict[str, list[Obj]]:
     """Every object of deploy/samples/*.yaml, by file name."""
     return {p.name: [d for d in yaml.safe_load_all(p.read_text()) if d] for p in sorted(SAMPLES.glob("*.yaml"))}

@@ -73,7 +73,7 @@ def test_helm_lint_passes_strict() -> None:
 
 def test_with_its_defaults_the_chart_renders_the_objects_of_deploy_and_the_keys_secret() -> None:
     chart = _by_key([_without_helm_labels(o) for o in render("namespace.create=true")])
-    base = _by_key(manifests.render_base())
+    base = _by_key(manifests.render_base() + manifests.admission_policy())
     assert sorted(set(chart) - set(base)) == [KEYS_SECRET]  # that one extra object, and only it
     assert sorted(set(base) - set(chart)) == []
     for k, obj in base.items():
@@ -81,7 +81,8 @@ def test_with_its_defaults_the_chart_renders_the_objects_of_deploy_and_the_keys_
 
 
 def test_without_assignment_keys_create_the_chart_renders_exactly_the_objects_of_deploy() -> None:
-    chart = _by_key([_without_helm_labels(o) for o in render("namespace.create=true", "assignmentKeys.create=false")])
+    chart = _by_key([_without_helm_labels(o) for o in render("namespace.create=true", "assignmentKeys.create=false",
+                                                             "admissionPolicy.enabled=false")])
     base = _by_key(manifests.render_base())
     assert sorted(chart) == sorted(base)
     for k, obj in base.items():
@@ -214,6 +215,13 @@ def test_the_agent_can_be_left_out_or_pinned_to_nodes_and_a_runtime() -> None:
     assert spec["affinity"] == _find(render(), "DaemonSet", "gpufleet-agent")["spec"]["template"]["spec"]["affinity"]
     default = _find(render(), "DaemonSet", "gpufleet-agent")["spec"]["template"]["spec"]
     assert "runtimeClassName" not in default and "nodeSelector" not in default
+
+
+def test_the_admission_policy_is_on_unless_asked_and_then_both_objects_go() -> None:
+    kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    assert sorted(o["kind"] for o in render() if o["kind"] in kinds) == sorted(kinds)
+    assert not [o for o in render() if o["kind"] in kinds and "namespace" in o["metadata"]], "cluster-scoped"
+    assert [o for o in render("admissionPolicy.enabled=false") if o["kind"] in kinds] == []
 
 
 def test_karpenter_rules_go_only_when_neither_flag_nor_rbac_asks_for_them() -> None:

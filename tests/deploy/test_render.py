@@ -61,6 +61,18 @@ def test_every_rendered_object_validates_against_the_kubernetes_schemas(rendered
     assert not failures, "\n".join(failures)
 
 
+def test_the_admission_policy_validates_is_cluster_scoped_and_bound() -> None:
+    objs = manifests.admission_policy()
+    assert sorted(manifests.key(o) for o in objs) == ["ValidatingAdmissionPolicy/gpufleet-no-prebound-gpu-pods",
+                                                      "ValidatingAdmissionPolicyBinding/gpufleet-no-prebound-gpu-pods"]
+    for obj in objs:
+        assert manifests.validate_builtin(obj) == "1.34", manifests.key(obj)
+        assert "namespace" not in obj["metadata"]
+        assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpufleet"
+    binding = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": "gpufleet-no-prebound-gpu-pods", "validationActions": ["Deny"]}
+
+
 @pytest.mark.parametrize(("kind", "mutate"), [
     pytest.param("Deployment", lambda o: o["spec"].update(replica=2), id="a misspelt field fails (strict schemas)"),
     pytest.param("DaemonSet", lambda o: o["spec"]["template"]["spec"]["containers"][0].update(ports="9402"),

@@ -2,7 +2,9 @@
 under the chart's ServiceAccount and RBAC, binds a first GPU pod; an upgrade changes a value in
 place, and an uninstall removes what the chart made (its CRDs stay, as Helm leaves crds/). The
 assignment-signing Secret the chart makes is what the scheduler signs with, survives the upgrade
-unchanged and stays after the uninstall (`helm.sh/resource-policy: keep`).
+unchanged and stays after the uninstall (`helm.sh/resource-policy: keep`). The admission policy
+against pods created bound to a node with GPUs is accepted by kube-apiserver and goes with the
+release.
 
 There is no kube-scheduler and no image: the chart's own pods stay Pending, as in
 test_kubectl_live.py; the scheduler runs here as a process with the chart's ServiceAccount token.
@@ -24,6 +26,7 @@ from gpufleet.testing.gpu_nodes import gpu_nodes
 from .cluster_kit import NAMESPACE, ROOT, Scheduler, clean_env, crd_established, scheduler_kubeconfig, wait_for
 
 CHART = ROOT / "charts" / "gpufleet"
+POLICY = "gpufleet-no-prebound-gpu-pods"
 
 
 def _helm(kubeconfig: Path, home: Path, *args: str) -> str:
@@ -51,6 +54,8 @@ def test_helm_install_then_the_scheduler_binds_a_gpu_pod_upgrade_and_uninstall(t
         c.wait_for_service_account(NAMESPACE, "gpufleet-scheduler")
         secret = c.admin.get("secrets", "gpufleet-assignment-keys", NAMESPACE)
         assert secret is not None and set(secret["data"]) == {"k1"}
+        assert c.admin.get("validatingadmissionpolicies", POLICY) is not None  # the API server took it
+        assert c.admin.get("validatingadmissionpolicybindings", POLICY) is not None
         keys = tmp_path / "assignment-keys"  # the Secret as its volume would show it
         keys.mkdir()
         (keys / "k1").write_bytes(base64.b64decode(secret["data"]["k1"]))
@@ -82,5 +87,6 @@ def test_helm_install_then_the_scheduler_binds_a_gpu_pod_upgrade_and_uninstall(t
         wait_for(lambda: c.admin.get("deployments", "gpufleet-scheduler", NAMESPACE) is None, 30,
                  "the Deployment removed")
         assert c.admin.get("clusterroles", "gpufleet-scheduler") is None
+        assert c.admin.get("validatingadmissionpolicies", POLICY) is None
         assert c.admin.get("customresourcedefinitions", "queues.gpufleet.io") is not None  # crds/ stays
         assert c.admin.get("secrets", "gpufleet-assignment-keys", NAMESPACE)["data"] == secret["data"]  # kept too
