@@ -1,0 +1,65 @@
+"""bench/soak.py's workload and figures: the soak's verdicts rest on them."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from gpufleet.kube import translate
+from gpufleet.testing.cluster import DURATION_ANNOTATION
+from gpufleet.testing.cluster.cluster import START_DELAY_ANNOTATION
+from gpufleet.testing.gpu_nodes import gpu_nodes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def soak() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("soak_bench", ROOT / "bench/soak.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["soak_bench"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_stream_has_no_pod_that_fits_nowhere_and_gangs_come_whole(soak: ModuleType) -> None:
+    nodes = gpu_nodes(50, seed=7)
+    stream = soak.Stream(nodes, 1, 300, 1500, "2s")
+    jobs = [next(stream) for _ in range(400)]
+    pods = [o for job in jobs for o in job if o["kind"] == "Pod"]
+    assert not [p for p in pods if soak.fits_nowhere(p)]
+    gangs = [job for job in jobs if job[0]["kind"] == "PodGroup"]
+    assert gangs, "the mix has gangs"
+    for group, *members in gangs:
+        assert len(members) == group["spec"]["minMember"]
+        assert {m["metadata"]["labels"][translate.POD_GROUP_LABEL] for m in members} == {group["metadata"]["name"]}
+        assert len({m["metadata"]["annotations"][DURATION_ANNOTATION] for m in members}) == 1, "one duration per gang"
+    seconds = [float(p["metadata"]["annotations"][DURATION_ANNOTATION].rstrip("s")) for p in pods]
+    assert 300 <= min(seconds) and max(seconds) <= 1500
+    assert {p["metadata"]["annotations"][START_DELAY_ANNOTATION] for p in pods} == {"2s"}
+    assert len({p["metadata"]["name"] for p in pods}) == len(pods)
+
+
+def test_the_arrival_rate_keeps_the_asked_share_of_gpus_busy(soak: ModuleType) -> None:
+    nodes = gpu_nodes(100, seed=7)
+    stream = soak.Stream(nodes, 1, 300, 1500, "2s")
+    rate, mean_gpus, capacity = soak.arrival_rate(nodes, stream, 0.85, 900.0)
+    assert capacity == sum(int(n["status"]["capacity"].get("nvidia.com/gpu", 0)) for n in nodes)
+    assert 0.5 < mean_gpus < 4
+    assert rate * mean_gpus * 900.0 == pytest.approx(0.85 * capacity)
+
+
+def test_the_figures(soak: ModuleType) -> None:
+    assert soak.p99_ms([i / 1000 for i in range(1, 101)]) == pytest.approx(99.0)
+    assert math.isnan(soak.p99_ms([]))
+    flat = [(t, 100.0) for t in range(0, 3600, 10)]
+    assert soak.growth_pct(flat, 1200, 3600) == 0
+    growing = [(t, 100.0 + 10 * t / 3600) for t in range(0, 3600, 10)]
+    assert 4 < soak.growth_pct(growing, 1200, 3600) < 6  # 5 % from minute 20 to minute 60, medians of 5-minute windows
+    assert math.isnan(soak.growth_pct(flat, 3600, 3700))
