@@ -211,6 +211,7 @@ class Soak:
     t0: float = 0.0
     stop: threading.Event = field(default_factory=threading.Event)
     spawned: int = 0
+    agent_pid: int = 0
 
     # --- processes
 
@@ -237,7 +238,7 @@ class Soak:
 
     # --- threads
 
-    def arrivals(self, stream: Stream, rate: float, mean_gpus: float) -> None:
+    def arrivals(self, stream: Stream, rate: float) -> None:
         client = self.cluster.client(self.cluster.admin_token)
         next_at = time.monotonic()
         for job in stream:
@@ -308,8 +309,6 @@ class Soak:
             if p not in self.overcommits:
                 log(f"PROBLEM: {p}")
         self.overcommits.update(problems)
-
-    agent_pid: int = 0
 
 
 def rss(pid: int) -> float:
@@ -554,7 +553,7 @@ def run(a: argparse.Namespace, c: Cluster, work: Path, nodes: list[Obj], agent_n
         ep = Endpoint(c.url, c.admin_token, str(c.ca_file))
         watcher = Watcher(ep)
         soak.t0 = time.monotonic()
-        threads = [threading.Thread(target=soak.arrivals, args=(stream, rate, mean_gpus), daemon=True),
+        threads = [threading.Thread(target=soak.arrivals, args=(stream, rate), daemon=True),
                    threading.Thread(target=soak.reaper, daemon=True), threading.Thread(target=soak.monitor, daemon=True),
                    threading.Thread(target=soak.checker, daemon=True), threading.Thread(target=faults, args=(soak,), daemon=True),
                    threading.Thread(target=allocate_loop, args=(soak, kubelet), daemon=True)]
