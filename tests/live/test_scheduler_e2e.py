@@ -52,6 +52,18 @@ def settled(c: Cluster) -> bool:
                                                                        c.admin.list("podgroups"))
 
 
+def _print_nominated(pods: list[dict[str, Any]], c: Cluster) -> None:
+    """On failure: what holds each nominated node (phase, deletion, queue) and the evictions asked for."""
+    nodes = {(p.get("status") or {}).get("nominatedNodeName") for p in pods} - {None}
+    evictions = [(r.path, r.code) for r in c.audit() if r.subresource == "eviction"]
+    print(f"{len(evictions)} evictions asked:", evictions[-10:])
+    for node in sorted(nodes):
+        held = [(p["metadata"]["name"], (p.get("status") or {}).get("phase"), p["metadata"].get("deletionTimestamp"),
+                 p["metadata"].get("labels", {}).get("kueue.x-k8s.io/queue-name"), p["metadata"].get("labels"))
+                for p in pods if p["spec"].get("nodeName") == node]
+        print(f"node {node}: {held}")
+
+
 def pod(name: str, limits: dict[str, Any], *, labels: dict[str, str] | None = None,
         priority_class: str | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {"schedulerName": "gpufleet",
@@ -94,8 +106,19 @@ def test_2000_pods_kill_9_and_restart_no_double_binding_no_overcommit(cluster: A
             pods_now = c.admin.list("pods")
             print("not reported:", workload.check_pending(pods_now)[:10])
             print("still placeable:", workload.placeable(pods_now, c.admin.list("nodes"), c.admin.list("podgroups"))[:10])
+            _print_nominated(pods_now, c)
+            print([line for line in second.get("/metrics")[1].splitlines() if "evict" in line or "preempt" in line])
             print(second.log()[-4000:])
             raise
+        # A killed leader's status write still in flight can land after its successor's: the
+        # successor puts back what the pod should show instead of leaving a stale nomination.
+        victim = next(p for p in gpufleet_pods(c.admin) if not p["spec"].get("nodeName")
+                      and not p["metadata"]["name"].startswith("bad-"))
+        late = {"status": {"nominatedNodeName": "gpu-node-000", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": "waiting for 1 preempted pod(s) to leave node gpu-node-000"}]}}
+        c.admin.patch("pods", victim["metadata"]["name"], late, "default", subresource="status")
+        wait_for(lambda: settled(c), 60, "the late write undone")
         wait_for(lambda: all((g.get("status") or {}).get("phase") for g in c.admin.list("podgroups")), 20,
                  "every PodGroup to have a phase")
         wait_for(lambda: all((q.get("status") or {}).get("allocated") for q in c.admin.list("queues")), 20,

@@ -338,18 +338,29 @@ class SchedulerService:
             self._report(p, message, UNSCHEDULABLE)
 
     def _report(self, p: Pending, message: str, reason: str, nominated: str | None = None) -> None:
+        """Write the pod's PodScheduled=False condition unless it shows it already.
+
+        What the pod shows is compared with what it should show on every cycle, not only with
+        what was last asked for: a write asked for `status_interval_s` ago that the pod still
+        does not show is asked again (it failed, or another writer overwrote it: a killed
+        leader's request still in flight can land after its successor's). While a write of
+        ours may be in flight, the pod's cached status is not trusted: it can lag behind that
+        write, and a condition it shows may be the one the write is about to replace (a
+        nomination written one cycle, cleared the next)."""
         marker = f"{reason}\n{message}\n{nominated or ''}"
         written = self._written.get(p.key)
         now = time.monotonic()
-        if written is not None:
+        if written is not None and now - written[1] < self.settings.status_interval_s:
             if written[0] == marker:
-                return
-            if written[0].startswith(reason + "\n") and written[0].endswith(f"\n{nominated or ''}") \
-                    and now - written[1] < self.settings.status_interval_s:
+                return  # asked for; its echo may not be back yet
+            if written[0].startswith(reason + "\n") and written[0].endswith(f"\n{nominated or ''}"):
                 return  # only the counts changed: rewrite at most every status_interval_s
+        elif status_is(p.obj, reason, message, nominated):
+            self._written[p.key] = (marker, now)
+            return  # already shows it (written before a restart, by the previous leader, or by us)
+        if written is not None and written[0] == marker:
+            log.info("pod %s does not show the status asked for %.0f s ago; writing it again", p.key, now - written[1])
         self._written[p.key] = (marker, now)
-        if status_is(p.obj, reason, message, nominated):
-            return  # already shows it (written before a restart, or by the previous leader)
         self.binder.mark_unschedulable(p.key, p.obj, message, reason, nominated)
 
     def _follow_faults(self, snapshot: ClusterSnapshot) -> None:
@@ -430,8 +441,9 @@ class SchedulerService:
             if self._groups_written.get(key) != status:
                 if key not in self._groups_written and c["scheduled"]:
                     status = {**status, "scheduleStartTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-                self._groups_written[key] = {k: v for k, v in status.items() if k != "scheduleStartTime"}
-                self.binder.group_status(group.namespace, group.name, status)
+                self._groups_written[key] = remembered = {k: v for k, v in status.items() if k != "scheduleStartTime"}
+                self.binder.group_status(group.namespace, group.name, status).add_done_callback(
+                    _forget_unless_written(self._groups_written, key, remembered))
 
     def _queues(self, snapshot: ClusterSnapshot, specs: list[PodSpec]) -> None:
         """Each Queue's status (allocated, fairShare, pending), written when it changed."""
@@ -443,7 +455,8 @@ class SchedulerService:
             if name in tree.queues and any(q.name == name for q in queues) \
                     and self._queues_written.get(name) != status:
                 self._queues_written[name] = status
-                self.binder.queue_status(name, dict(status))
+                self.binder.queue_status(name, dict(status)).add_done_callback(
+                    _forget_unless_written(self._queues_written, name, status))
 
     def _forget_gone(self, pending: list[Pending]) -> None:
         """Drop what is remembered of pods no longer pending (deleted, or bound by someone else)."""
@@ -473,3 +486,14 @@ class SchedulerService:
         if tasks:
             frag = FragModel(snapshot.cluster, tasks).nodes(snapshot.usage, np.arange(snapshot.cluster.n_nodes))
             self.metrics.fragmentation.set(float(frag.sum()) / capacity)
+
+
+def _forget_unless_written(memory: dict[str, Any], key: str, value: object) -> Callable[[Future[bool]], None]:
+    """A status write that failed (or that a newer one overtook) is forgotten, so the next round
+    asks for it again instead of believing the object shows it."""
+    def done(f: Future[bool]) -> None:
+        if f.cancelled() or f.exception() is not None or not f.result():
+            if memory.get(key) is value:
+                memory.pop(key, None)
+    return done
+

@@ -1,0 +1,79 @@
+"""When the scheduler writes a pending pod's PodScheduled condition (`SchedulerService._report`):
+once per change, again when the pod does not show it, and never trusting a cached status that
+lags behind a write of its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpufleet.framework.profiles import builtin
+from gpufleet.kube.cache import Pending
+from gpufleet.kube.scheduler import SchedulerService, ServiceSettings
+
+from .test_translate import pod
+
+NOMINATED = "waiting for 1 preempted pod(s) to leave node n1"
+UNSCHEDULABLE = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+
+
+def showing(message: str | None, nominated: str | None = None) -> Pending:
+    """A pending pod whose status (as cached) shows `message` (None: no condition yet)."""
+    obj: dict[str, Any] = pod("a", limits={"nvidia.com/gpu": 8})
+    if message is not None:
+        obj["status"] = {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                         "message": message}], "nominatedNodeName": nominated}
+    return Pending("ns/a", obj, None)
+
+
+@pytest.fixture
+def writes(request: pytest.FixtureRequest) -> tuple[SchedulerService, list[tuple[str, str | None]]]:
+    interval = getattr(request, "param", 10.0)
+    service = SchedulerService(object(), builtin("default"), ServiceSettings(status_interval_s=interval))  # type: ignore[arg-type]
+    asked: list[tuple[str, str | None]] = []
+
+    def record(key: str, obj: Any, message: str, reason: str = "Unschedulable", nominated: str | None = None) -> None:
+        asked.append((message, nominated))
+    service.binder.mark_unschedulable = record  # type: ignore[method-assign,assignment]
+    yield service, asked
+    service.binder.close()
+    service.events.close()
+
+
+def test_a_nomination_cleared_before_its_echo_is_back_is_cleared_on_the_server_too(
+        writes: tuple[SchedulerService, list[tuple[str, str | None]]]) -> None:
+    """The cached pod still shows the status before the nomination: trusting it would skip the
+    write that clears the nomination, and the nomination would land and stay."""
+    service, asked = writes
+    service._report(showing(UNSCHEDULABLE), NOMINATED, "Unschedulable", nominated="n1")
+    service._report(showing(UNSCHEDULABLE), UNSCHEDULABLE, "Unschedulable")
+    assert asked == [(NOMINATED, "n1"), (UNSCHEDULABLE, None)]
+
+
+def test_a_status_the_pod_shows_already_is_not_written(
+        writes: tuple[SchedulerService, list[tuple[str, str | None]]]) -> None:
+    service, asked = writes
+    for _ in range(3):
+        service._report(showing(UNSCHEDULABLE), UNSCHEDULABLE, "Unschedulable")
+    assert asked == []
+
+
+def test_an_unchanged_status_is_written_once_while_its_echo_is_on_the_way(
+        writes: tuple[SchedulerService, list[tuple[str, str | None]]]) -> None:
+    service, asked = writes
+    for _ in range(3):
+        service._report(showing(None), UNSCHEDULABLE, "Unschedulable")
+    assert asked == [(UNSCHEDULABLE, None)]
+
+
+@pytest.mark.parametrize("writes", [0.0], indirect=True)
+def test_a_status_overwritten_by_another_writer_is_written_again(
+        writes: tuple[SchedulerService, list[tuple[str, str | None]]]) -> None:
+    """A killed leader's nomination landing after its successor's write (status_interval_s 0:
+    the successor's write is old by the next cycle)."""
+    service, asked = writes
+    service._report(showing(None), UNSCHEDULABLE, "Unschedulable")
+    service._report(showing(UNSCHEDULABLE), UNSCHEDULABLE, "Unschedulable")  # the echo: nothing to do
+    service._report(showing(NOMINATED, "n1"), UNSCHEDULABLE, "Unschedulable")  # the late write landed
+    assert asked == [(UNSCHEDULABLE, None), (UNSCHEDULABLE, None)]
