@@ -14,11 +14,15 @@ What runs, all on this machine:
   the scheduler binds to that node is allocated its devices through the agent's Allocate, as a
   kubelet does before it starts the containers. KWOK plays every node's kubelet otherwise.
 
-The load: pods arrive as a Poisson stream (the mix of `gpufleet.testing.workload`: whole GPUs,
+The load: pods arrive as Poisson streams (the mix of `gpufleet.testing.workload`: whole GPUs,
 fractions, MIG slices, gangs with their PodGroups, CPU-only pods, three queues, a quarter high
-priority) at the rate that keeps about `--load` of the GPUs busy, each running a duration drawn
-from 5 to 25 minutes, started 2 s after binding (an image pull); finished pods are deleted, as a
-Job's TTL would. Ten pods that fit no node (16 GPUs; a GPU model no node has) wait all along.
+priority), one stream per resource class, each at the rate that keeps about `--load` of its
+class busy: the whole GPUs (whole-GPU pods, fractions and gangs), each MIG profile's slices
+(a MIG pod can use nothing else), and CPU-only pods in their share of the mix. One rate for the
+whole mix would offer the fleet's few 2g.20gb slices three times what they hold, and that
+class's queue, not the scheduler, would grow all hour. Each pod runs a duration drawn from 5 to
+25 minutes, started 2 s after binding (an image pull); finished pods are deleted, as a Job's
+TTL would. Ten pods that fit no node (16 GPUs; a GPU model no node has) wait all along.
 When more than `--max-pending` pods wait, arrivals pause (a submission quota): the seconds
 paused are reported, so an overload cannot hide.
 
@@ -38,7 +42,7 @@ Unschedulable, or pending where one more cycle would place them), and the agent'
 answers for the scheduler's pods. Prints a table and the plot's path; with --json the last
 line is one JSON object.
 
-    .venv/bin/python bench/soak.py [--minutes 60] [--nodes 1000] [--load 0.85] [--json]
+    .venv/bin/python bench/soak.py [--minutes 60] [--nodes 1000] [--load 0.7] [--json]
         [--out docs/results/soak-DATE.json] [--plot docs/images/soak.png]
 """
 
@@ -82,8 +86,8 @@ from gpufleet.testing.cluster.faultproxy import FaultProxy, Reply, Rule  # noqa:
 from gpufleet.testing.gpu_nodes import gpu_nodes  # noqa: E402
 
 Obj = dict[str, Any]
-MIG_GPU_SHARE = 1 / 7
-"""A MIG slice counted as a seventh of a GPU when sizing the arrival rate."""
+GPU_CLASS, CPU_CLASS = "gpu", "cpu"
+"""The resource classes besides the MIG profiles (`nvidia.com/mig-<profile>`)."""
 AGENT_FIXTURE = "h100-sxm-8"
 
 
@@ -101,22 +105,31 @@ def fits_nowhere(pod: Obj) -> bool:
     return "affinity" in spec or int(limits.get(ann.GPU_RESOURCE, 0)) > 8
 
 
-def gpu_share(pod: Obj) -> float:
-    """How many GPUs the pod keeps busy, roughly (fractions by their milli, a MIG slice as 1/7)."""
+def resource_class(pod: Obj) -> str:
+    """What the pod competes for: `nvidia.com/mig-<profile>`, whole GPUs (`gpu`, fractions too), or `cpu`."""
+    limits = pod["spec"]["containers"][0]["resources"].get("limits") or {}
+    mig = [k for k in limits if k.startswith(ann.MIG_RESOURCE_PREFIX)]
+    if mig:
+        return str(mig[0])
+    return CPU_CLASS if translate.pod_spec(pod).gpu.kind.value == "none" else GPU_CLASS
+
+
+def demand(pod: Obj) -> float:
+    """How much of its class the pod keeps busy: GPUs (a fraction by its milli), MIG slices, or 1 pod."""
     g = translate.pod_spec(pod).gpu
-    kind = g.kind.value
-    if kind == "none":
-        return 0.0
-    if kind == "mig":
-        return g.count * MIG_GPU_SHARE
+    if g.kind.value in ("none", "mig"):
+        return float(g.count) if g.kind.value == "mig" else 1.0
     return g.count * g.milli / 1000
 
 
 class Stream:
     """Jobs (a pod, or a PodGroup and its members) of the workload mix, without the pods that fit nowhere."""
 
-    def __init__(self, nodes: list[Obj], seed: int, min_s: float, max_s: float, start_delay: str) -> None:
+    def __init__(self, nodes: list[Obj], seed: int, min_s: float, max_s: float, start_delay: str,
+                 only: str | None = None, prefix: str = "s") -> None:
         self.nodes, self.rng, self.min_s, self.max_s, self.start_delay = nodes, random.Random(seed), min_s, max_s, start_delay
+        self.only, self.prefix = only, prefix
+        """`only`: the resource class whose jobs are kept (None: all); `prefix` starts each name."""
         self.block = 0
         self.jobs: deque[list[Obj]] = deque()
 
@@ -129,12 +142,12 @@ class Stream:
         return self.jobs.popleft()
 
     def _refill(self) -> None:
-        pods, groups = workload.pod_manifests(self.nodes, 60, seed=1000 + self.block, prefix=f"s{self.block:05d}")
+        pods, groups = workload.pod_manifests(self.nodes, 60, seed=1000 + self.block, prefix=f"{self.prefix}{self.block:05d}")
         self.block += 1
         by_group = {g["metadata"]["name"]: g for g in groups}
         members: dict[str, list[Obj]] = {}
         for p in pods:
-            if fits_nowhere(p):
+            if fits_nowhere(p) or (self.only is not None and resource_class(p) != self.only):
                 continue
             group = p["metadata"]["labels"].get(translate.POD_GROUP_LABEL)
             if group is None:
@@ -153,13 +166,36 @@ class Stream:
         return pod
 
 
-def arrival_rate(nodes: list[Obj], stream: Stream, load: float, mean_s: float) -> tuple[float, float, int]:
-    """Pods per second that keep `load` of the fleet's GPUs busy; and the mean GPUs of a pod, the GPUs."""
-    capacity = sum(int(n["status"]["capacity"].get(ann.GPU_RESOURCE, 0)) for n in nodes)
-    sample = Stream(nodes, 99, stream.min_s, stream.max_s, stream.start_delay)
-    pods = [p for _ in range(400) for p in next(sample) if p["kind"] == "Pod"]
-    mean_gpus = statistics.fmean(gpu_share(p) for p in pods)
-    return load * capacity / (mean_gpus * mean_s), mean_gpus, capacity
+@dataclass(frozen=True)
+class ClassRate:
+    rate_per_s: float
+    """Pods per second."""
+    mean_demand: float
+    """GPUs (or slices) a pod of the class keeps busy, on average; 1 for CPU-only pods."""
+    capacity: int
+    """GPUs (or slices) of the class in the fleet; for `cpu`, 0."""
+
+
+def arrival_rates(nodes: list[Obj], load: float, mean_s: float) -> dict[str, ClassRate]:
+    """Per resource class, the pods per second that keep `load` of its GPUs (or MIG slices) busy;
+    CPU-only pods arrive in their share of the mix next to the whole-GPU class's pods."""
+    capacity: Counter[str] = Counter()
+    for n in nodes:
+        for resource, value in n["status"]["capacity"].items():
+            if resource == ann.GPU_RESOURCE or resource.startswith(ann.MIG_RESOURCE_PREFIX):
+                capacity[GPU_CLASS if resource == ann.GPU_RESOURCE else resource] += int(value)
+    sample = Stream(nodes, 99, 1, 1, "0s")
+    by_class: dict[str, list[float]] = {}
+    for _ in range(2000):
+        for p in next(sample):
+            if p["kind"] == "Pod":
+                by_class.setdefault(resource_class(p), []).append(demand(p))
+    rates = {c: ClassRate(load * capacity[c] / (statistics.fmean(d) * mean_s), statistics.fmean(d), capacity[c])
+             for c, d in by_class.items() if c != CPU_CLASS and capacity[c]}
+    if CPU_CLASS in by_class and GPU_CLASS in rates:
+        share = len(by_class[CPU_CLASS]) / len(by_class[GPU_CLASS])
+        rates[CPU_CLASS] = ClassRate(rates[GPU_CLASS].rate_per_s * share, 1.0, 0)
+    return rates
 
 
 # --- the run
@@ -177,6 +213,7 @@ class Sample:
     """The leader's mean cycle over the last interval (nan when it ran no cycle)."""
     running: int
     pending: int
+    pending_by_class: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -199,14 +236,17 @@ class Soak:
     """(t, what) of every fault injected, for the plot and the log."""
     overcommits: set[str] = field(default_factory=set)
     completed: int = 0
-    paused_s: float = 0.0
+    paused_s: dict[str, float] = field(default_factory=dict)
+    """Per resource class, the seconds its arrivals paused (more than --max-pending pods waiting)."""
     takeovers_s: list[float] = field(default_factory=list)
     failover_windows: list[tuple[float, float]] = field(default_factory=list)
     """(kill, new leader) in seconds since the start, of each failover."""
-    handover_rss_mib: list[tuple[float, float]] = field(default_factory=list)
-    """(t, RSS) of each leader just before it was killed, and of the last one at the end."""
+    handover_rss_mib: list[tuple[float, float, int]] = field(default_factory=list)
+    """(t, RSS, pods it held: bound and pending) of each leader just before it was killed, and of
+    the last one at the end."""
     allocations: Counter[str] = field(default_factory=Counter)
     pending_now: int = 0
+    pending_by_class: Counter[str] = field(default_factory=Counter)
     running_now: int = 0
     t0: float = 0.0
     stop: threading.Event = field(default_factory=threading.Event)
@@ -238,16 +278,17 @@ class Soak:
 
     # --- threads
 
-    def arrivals(self, stream: Stream, rate: float) -> None:
+    def arrivals(self, stream: Stream, rate: float, seed: int) -> None:
         client = self.cluster.client(self.cluster.admin_token)
+        rng = random.Random(seed)
         next_at = time.monotonic()
         for job in stream:
             if self.stop.is_set():
                 return
             while self.pending_now > self.args.max_pending and not self.stop.is_set():
-                self.paused_s += 1.0
+                self.paused_s[stream.only or "all"] = self.paused_s.get(stream.only or "all", 0.0) + 1.0
                 time.sleep(1.0)
-            next_at += self.rng.expovariate(rate / max(1, sum(1 for o in job if o["kind"] == "Pod")))
+            next_at += rng.expovariate(rate / max(1, sum(1 for o in job if o["kind"] == "Pod")))
             delay = next_at - time.monotonic()
             if delay > 0 and self.stop.wait(delay):
                 return
@@ -265,6 +306,7 @@ class Soak:
             pods = client.list("pods", "default")
             names = set()
             running = pending = 0
+            by_class: Counter[str] = Counter()
             for p in pods:
                 name = p["metadata"]["name"]
                 names.add(name)
@@ -276,7 +318,8 @@ class Soak:
                     running += 1
                 elif name in self.created:
                     pending += 1
-            self.running_now, self.pending_now = running, pending
+                    by_class[resource_class(p)] += 1
+            self.running_now, self.pending_now, self.pending_by_class = running, pending, by_class
             for group, members in list(self.groups.items()):
                 if not names.intersection(members):
                     client.delete("podgroups", group, "default")
@@ -296,7 +339,7 @@ class Soak:
             standby = [s for s in self.live_schedulers() if s is not leader]
             self.samples.append(Sample(self.now(), rss(leader.proc.pid) if leader else 0.0,
                                        rss(standby[0].proc.pid) if standby else 0.0, rss(self.agent_pid), cycle_ms,
-                                       self.running_now, self.pending_now))
+                                       self.running_now, self.pending_now, dict(self.pending_by_class)))
 
     def checker(self) -> None:
         """Every minute: no device overcommitted, from the objects the API server holds."""
@@ -324,8 +367,10 @@ def rss(pid: int) -> float:
 def allocate_loop(soak: Soak, kubelet: FakeKubelet) -> None:
     """For each pod bound to the agent's node: Allocate its devices, as the kubelet would before
     starting its containers (KWOK starts them 2 s after binding), and check the answer names the
-    GPUs the scheduler assigned. Device IDs are picked from the agent's last ListAndWatch among
-    those this kubelet has not handed to another running pod."""
+    GPUs the scheduler assigned. The available device IDs are those of the agent's last
+    ListAndWatch this kubelet has not handed to another running pod, and among them it takes
+    what the plugin's GetPreferredAllocation prefers (the scheduler's choice), as the kubelet
+    does for a plugin that offers it."""
     client, node = soak.cluster.client(soak.cluster.admin_token), soak.agent_node
     held: dict[str, tuple[str, list[str]]] = {}
     done: set[str] = set()
@@ -335,8 +380,8 @@ def allocate_loop(soak: Soak, kubelet: FakeKubelet) -> None:
         alive = {p["metadata"]["uid"] for p in pods if not translate.is_terminal(p)}
         for uid in [u for u in held if u not in alive]:
             del held[uid]
-        for p in pods:
-            uid = p["metadata"]["uid"]
+        for p in sorted(pods, key=lambda p: (p["metadata"].get("creationTimestamp", ""), translate.key_of(p))):
+            uid = p["metadata"]["uid"]  # the kubelet admits the pods it is given oldest first
             if uid in done or translate.is_terminal(p):
                 continue
             done.add(uid)
@@ -355,8 +400,9 @@ def allocate_loop(soak: Soak, kubelet: FakeKubelet) -> None:
             if len(free) < size:
                 soak.allocations["no free device IDs"] += 1
                 continue
-            ids = free[:size]
             try:
+                # as the kubelet does: the plugin's preferred IDs (the scheduler's choice), then Allocate
+                ids = ep.preferred(free, size)
                 answer = ep.allocate(ids)
             except Exception as exc:  # grpc.RpcError: the agent refused
                 soak.allocations["refused"] += 1
@@ -431,7 +477,7 @@ def failover(soak: Soak) -> None:
     if leader is None:
         soak.note("failover skipped: no scheduler leads")
         return
-    soak.handover_rss_mib.append((soak.now(), rss(leader.proc.pid)))
+    soak.handover_rss_mib.append((soak.now(), rss(leader.proc.pid), soak.running_now + soak.pending_now))
     leader.kill()
     killed = time.monotonic()
     soak.note(f"failover: kill -9 {leader.name}")
@@ -467,7 +513,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--minutes", type=float, default=60.0)
     p.add_argument("--nodes", type=int, default=1000)
-    p.add_argument("--load", type=float, default=0.85, help="share of the GPUs the arrivals keep busy")
+    p.add_argument("--load", type=float, default=0.7,
+                   help="share of each resource class the arrivals keep busy (at 0.85 the whole-GPU class's backlog "
+                        "grows all along: 8-GPU pods and gangs wait for whole free nodes; docs/results.md)")
     p.add_argument("--min-duration-s", type=float, default=300)
     p.add_argument("--max-duration-s", type=float, default=1500)
     p.add_argument("--max-pending", type=int, default=400, help="arrivals pause while more pods wait")
@@ -488,14 +536,15 @@ def main() -> int:
     agent_node = next(n["metadata"]["name"] for n in nodes
                       if n["metadata"]["labels"].get("node.kubernetes.io/instance-type") == "p5.48xlarge")
     mean_s = (a.min_duration_s + a.max_duration_s) / 2
-    stream = Stream(nodes, 1, a.min_duration_s, a.max_duration_s, "2s")
-    rate, mean_gpus, capacity = arrival_rate(nodes, stream, a.load, mean_s)
-    log(f"{a.nodes} nodes, {capacity} GPUs; a pod keeps {mean_gpus:.2f} GPUs busy for {mean_s:.0f} s on average: "
-        f"{rate:.2f} pods/s for a load of {a.load:.0%}")
+    rates = arrival_rates(nodes, a.load, mean_s)
+    for cls, r in sorted(rates.items()):
+        log(f"{cls}: {r.capacity or '-'} in the fleet; a pod keeps {r.mean_demand:.2f} busy for {mean_s:.0f} s on "
+            f"average: {r.rate_per_s:.3f} pods/s")
+    log(f"{a.nodes} nodes, {sum(r.rate_per_s for r in rates.values()):.2f} pods/s in all for a load of {a.load:.0%}")
     kubelet_dir = Path(tempfile.mkdtemp(prefix="gf-", dir="/tmp"))  # unix socket paths stay under 108 bytes
     try:
         with Cluster(work / "cluster", ClusterOptions(audit=True, node_lifecycle=True)) as c:
-            result = run(a, c, work, nodes, agent_node, stream, rate, mean_gpus, capacity, kubelet_dir)
+            result = run(a, c, work, nodes, agent_node, rates, kubelet_dir)
     finally:
         shutil.rmtree(kubelet_dir, ignore_errors=True)
         if not a.keep:
@@ -506,8 +555,8 @@ def main() -> int:
     return 0
 
 
-def run(a: argparse.Namespace, c: Cluster, work: Path, nodes: list[Obj], agent_node: str, stream: Stream,
-        rate: float, mean_gpus: float, capacity: int, kubelet_dir: Path) -> Obj:
+def run(a: argparse.Namespace, c: Cluster, work: Path, nodes: list[Obj], agent_node: str, rates: dict[str, ClassRate],
+        kubelet_dir: Path) -> Obj:
     install_gpufleet(c)
     c.admin.create_all(workload.queue_manifests() + workload.priority_class_manifests())
     create_all(c.admin, nodes)
@@ -553,7 +602,10 @@ def run(a: argparse.Namespace, c: Cluster, work: Path, nodes: list[Obj], agent_n
         ep = Endpoint(c.url, c.admin_token, str(c.ca_file))
         watcher = Watcher(ep)
         soak.t0 = time.monotonic()
-        threads = [threading.Thread(target=soak.arrivals, args=(stream, rate), daemon=True),
+        streams = [Stream(nodes, 1 + i, a.min_duration_s, a.max_duration_s, "2s", only=cls, prefix=f"s{i}-")
+                   for i, cls in enumerate(sorted(rates))]
+        threads = [*(threading.Thread(target=soak.arrivals, args=(st, rates[st.only or ""].rate_per_s, 5 + i), daemon=True)
+                     for i, st in enumerate(streams)),
                    threading.Thread(target=soak.reaper, daemon=True), threading.Thread(target=soak.monitor, daemon=True),
                    threading.Thread(target=soak.checker, daemon=True), threading.Thread(target=faults, args=(soak,), daemon=True),
                    threading.Thread(target=allocate_loop, args=(soak, kubelet), daemon=True)]
@@ -569,7 +621,7 @@ def run(a: argparse.Namespace, c: Cluster, work: Path, nodes: list[Obj], agent_n
             t.join(120)
         leader = soak.leader()
         if leader is not None:
-            soak.handover_rss_mib.append((soak.now(), rss(leader.proc.pid)))
+            soak.handover_rss_mib.append((soak.now(), rss(leader.proc.pid), soak.running_now + soak.pending_now))
         log("arrivals stopped; waiting for the scheduler to settle")
         lost = settle(c, a.settle_s)
         soak.check_devices()
@@ -581,7 +633,7 @@ def run(a: argparse.Namespace, c: Cluster, work: Path, nodes: list[Obj], agent_n
         for s in soak.live_schedulers():
             s.terminate()
         double = {k: n for k, n in successful_bindings(c).items() if n > 1}
-    return figures(soak, watcher.bound, double, lost, rate, mean_gpus, capacity, proxy)
+    return figures(soak, watcher.bound, double, lost, rates, proxy)
 
 
 def settle(c: Cluster, timeout_s: float) -> list[str]:
@@ -595,8 +647,8 @@ def settle(c: Cluster, timeout_s: float) -> list[str]:
         time.sleep(5)
 
 
-def figures(soak: Soak, bound: dict[str, float], double: dict[str, int], lost: list[str], rate: float,
-            mean_gpus: float, capacity: int, proxy: FaultProxy) -> Obj:
+def figures(soak: Soak, bound: dict[str, float], double: dict[str, int], lost: list[str], rates: dict[str, ClassRate],
+            proxy: FaultProxy) -> Obj:
     a = soak.args
     end = a.minutes * 60
     lat = [(soak.created[n] - soak.t0, bound[n] - soak.created[n]) for n in soak.created if n in bound]
@@ -611,14 +663,15 @@ def figures(soak: Soak, bound: dict[str, float], double: dict[str, int], lost: l
     warm = min(20 * 60.0, end / 2)
     agent_series = [(s.t, s.agent_rss_mib) for s in soak.samples]
     agent_growth = growth_pct(agent_series, warm, end)
-    handovers = [(t, v) for t, v in soak.handover_rss_mib if t >= warm - 1]
+    handovers = [(t, v) for t, v, _ in soak.handover_rss_mib if t >= warm - 1]
     sched_growth = (100 * (handovers[-1][1] / handovers[0][1] - 1)) if len(handovers) >= 2 else math.nan
     growths = [g for g in (agent_growth, sched_growth) if not math.isnan(g)]
     cycles = [s.cycle_ms for s in soak.samples if not math.isnan(s.cycle_ms)]
     figs: Obj = {
-        "minutes": a.minutes, "nodes": a.nodes, "gpus": capacity, "pods_created": len(soak.created),
-        "pods_bound": len(bound), "pods_completed": soak.completed, "arrival_rate_per_s": round(rate, 3),
-        "mean_gpus_per_pod": round(mean_gpus, 3), "arrivals_paused_s": soak.paused_s,
+        "minutes": a.minutes, "nodes": a.nodes, "gpus": rates[GPU_CLASS].capacity if GPU_CLASS in rates else 0,
+        "pods_created": len(soak.created), "pods_bound": len(bound), "pods_completed": soak.completed,
+        "arrival_rate_per_s": {c: round(r.rate_per_s, 3) for c, r in sorted(rates.items())},
+        "arrivals_paused_s": dict(soak.paused_s),
         "failovers": len(soak.takeovers_s), "takeover_s": [round(x, 1) for x in soak.takeovers_s],
         "gpu_faults": sum(1 for _, e in soak.events if e.startswith("GPU fault")),
         "node_faults": sum(1 for _, e in soak.events if e.startswith("node fault")),
@@ -629,6 +682,8 @@ def figures(soak: Soak, bound: dict[str, float], double: dict[str, int], lost: l
         "double_binds": len(double), "overcommits": len(soak.overcommits), "lost_pods": len(lost),
         "rss_growth_pct": round(max(growths), 2) if growths else None,
         "agent_rss_growth_pct": round(agent_growth, 2), "scheduler_rss_growth_pct": round(sched_growth, 2),
+        "leader_rss_at_handovers": [f"{t / 60:.0f} min: {v:.0f} MiB, {n} pods held"
+                                    for t, v, n in soak.handover_rss_mib],
         "p99_ms_first_10min_outside_failovers": round(p99_ms(first_calm), 1),
         "p99_ms_last_10min_outside_failovers": round(p99_ms(last_calm), 1),
         "p99_ms_first_10min": round(p99_ms(first), 1), "p99_ms_last_10min": round(p99_ms(last), 1),
@@ -671,6 +726,9 @@ def plot(result: Obj, path: Path) -> None:
     axes[2].legend(loc="upper left", fontsize=8)
     axes[3].plot(minutes, [s["running"] for s in samples], label="bound")
     axes[3].plot(minutes, [s["pending"] for s in samples], label="pending")
+    for cls in sorted({c for s in samples for c in s.get("pending_by_class", {})}):
+        axes[3].plot(minutes, [s.get("pending_by_class", {}).get(cls, 0) for s in samples], linewidth=0.7,
+                     linestyle="--", label=f"pending {cls.removeprefix(ann.MIG_RESOURCE_PREFIX)}")
     axes[3].set_ylabel("pods")
     axes[3].set_xlabel("minutes")
     axes[3].legend(loc="upper left", fontsize=8)

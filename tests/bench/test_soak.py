@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from collections import Counter
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -46,13 +47,30 @@ def test_the_stream_has_no_pod_that_fits_nowhere_and_gangs_come_whole(soak: Modu
     assert len({p["metadata"]["name"] for p in pods}) == len(pods)
 
 
-def test_the_arrival_rate_keeps_the_asked_share_of_gpus_busy(soak: ModuleType) -> None:
+def test_each_resource_class_gets_the_rate_that_keeps_the_asked_share_of_it_busy(soak: ModuleType) -> None:
     nodes = gpu_nodes(100, seed=7)
-    stream = soak.Stream(nodes, 1, 300, 1500, "2s")
-    rate, mean_gpus, capacity = soak.arrival_rate(nodes, stream, 0.85, 900.0)
-    assert capacity == sum(int(n["status"]["capacity"].get("nvidia.com/gpu", 0)) for n in nodes)
-    assert 0.5 < mean_gpus < 4
-    assert rate * mean_gpus * 900.0 == pytest.approx(0.85 * capacity)
+    rates = soak.arrival_rates(nodes, 0.85, 900.0)
+    capacity = Counter[str]()
+    for n in nodes:
+        for resource, value in n["status"]["capacity"].items():
+            if resource.startswith(("nvidia.com/gpu", "nvidia.com/mig-")):
+                capacity[resource] += int(value)
+    assert set(rates) == {"gpu", "cpu", *(r for r in capacity if r.startswith("nvidia.com/mig-"))}
+    assert rates["gpu"].capacity == capacity["nvidia.com/gpu"]
+    assert 0.5 < rates["gpu"].mean_demand < 4
+    for cls, r in rates.items():
+        if cls != "cpu":
+            assert r.rate_per_s * r.mean_demand * 900.0 == pytest.approx(0.85 * capacity[cls if cls != "gpu" else "nvidia.com/gpu"])
+    # CPU-only pods keep their share of the mix (15 % of pods against 56 % with GPUs, in workload.pod_manifests)
+    assert 0.15 < rates["cpu"].rate_per_s / rates["gpu"].rate_per_s < 0.4
+
+
+def test_a_class_stream_keeps_only_its_class(soak: ModuleType) -> None:
+    nodes = gpu_nodes(50, seed=7)
+    for cls in ("gpu", "cpu", "nvidia.com/mig-2g.20gb"):
+        stream = soak.Stream(nodes, 1, 300, 1500, "2s", only=cls)
+        pods = [o for _ in range(100) for o in next(stream) if o["kind"] == "Pod"]
+        assert pods and {soak.resource_class(p) for p in pods} == {cls}
 
 
 def test_the_figures(soak: ModuleType) -> None:
