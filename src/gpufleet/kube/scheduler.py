@@ -496,4 +496,3 @@ def _forget_unless_written(memory: dict[str, Any], key: str, value: object) -> C
             if memory.get(key) is value:
                 memory.pop(key, None)
     return done
-
