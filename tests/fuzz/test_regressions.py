@@ -61,6 +61,7 @@ def test_a_profile_arg_out_of_range_names_its_key() -> None:
     "profiles: [{1: a, b: c}]\n",  # sorted() of mixed int and str keys
     "profiles: [{pluginConfig: [{name: [1]}]}]\n",  # an unhashable plugin name looked up in the registry
     "profiles: [{plugins: {score: {enabled: [{name: {a: 1}}]}}}]\n",
+    "profiles: [{plugins: {score: {enabled: [{name: Topology, weight: 1" + "0" * 400 + "}]}}}]\n",  # OverflowError in float()
 ])
 def test_profiles_with_odd_keys_found_by_fuzzing(text: str) -> None:
     assert targets.check_profile(text) == "rejected"
@@ -115,8 +116,11 @@ def test_philly_rows_found_by_fuzzing(data: bytes) -> None:
     assert targets.check_philly_trace(data) == "rejected"
 
 
-@pytest.mark.parametrize("data", [b'{"philly": ["9999999999:0:0"]}', b"[" * 5000, b'{"a": ' + b"1" * 5000 + b"}"],
-                         ids=["a cluster of 10**10 GPUs", "deep nesting", "5,000 digits"])
+@pytest.mark.parametrize("data", [b'{"philly": ["9999999999:0:0"]}', b"[" * 5000, b'{"a": ' + b"1" * 5000 + b"}",
+                                  b'{"v100": {"(\'A\', 1)": {"null": 1' + b"0" * 400 + b'}}}',  # OverflowError in float()
+                                  b'{"v100": {"(\'A\', 1)": {"null": -1}}}'],
+                         ids=["a cluster of 10**10 GPUs", "deep nesting", "5,000 digits", "a rate of 400 digits",
+                              "a negative rate"])
 def test_philly_json_found_by_fuzzing(data: bytes) -> None:
     assert targets.check_philly_json(data) == "rejected"
 

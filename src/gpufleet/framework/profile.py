@@ -85,6 +85,10 @@ class Profile:
     (`interfaces.KEEPS_FIRST_MAX`)."""
 
 
+_MAX_WEIGHT = 1e300
+"""Weights at or above this are refused: a 400-digit integer would not even convert to a float."""
+
+
 def build_for(settings: ProfileSettings, pods: Iterable[PodSpec]) -> Profile:
     """`build_profile` with the typical-task mix of `pods` (FGD's rule, `typical_tasks`) when a
     scorer of the profile reads one, as the live scheduler does with the pods it sees."""
@@ -246,6 +250,8 @@ def _ref(raw: object, where: str, reg: Mapping[str, Entry], *, weighted: bool) -
     weight = body.get("weight", 1)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < math.inf:
         raise ProfileError(f"{where}.weight: must be a non-negative number, got {weight!r}")
+    if weight >= _MAX_WEIGHT:
+        raise ProfileError(f"{where}.weight: must be below 1e300, got a number of {len(str(int(weight)))} digits")
     return ScoreRef(str(name), float(weight))
 
 

@@ -183,7 +183,14 @@ def read_throughputs(path: Path) -> Throughputs:
             if len(match[2]) > MAX_DIGITS:
                 raise ModelError(f"{path}: {printable(gpu_type)}: {printable(key[:40])}",
                                  f"more than {MAX_DIGITS} digits of GPUs")
-            table[(match[1], int(match[2]))] = float(rate)
+            try:
+                steps = float(rate)
+            except OverflowError:
+                steps = math.inf
+            if not 0 <= steps < math.inf:
+                raise ModelError(f"{path}: {printable(gpu_type)}: {printable(key[:40])}: null",
+                                 f"steps/s must be a finite number, 0 or more, got {printable(str(rate)[:40])}")
+            table[(match[1], int(match[2]))] = steps
         result[gpu_type] = MappingProxyType(table)
     return MappingProxyType(result)
 
