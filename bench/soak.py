@@ -117,8 +117,10 @@ def resource_class(pod: Obj) -> str:
 def demand(pod: Obj) -> float:
     """How much of its class the pod keeps busy: GPUs (a fraction by its milli), MIG slices, or 1 pod."""
     g = translate.pod_spec(pod).gpu
-    if g.kind.value in ("none", "mig"):
-        return float(g.count) if g.kind.value == "mig" else 1.0
+    if g.kind.value == "none":
+        return 1.0
+    if g.kind.value == "mig":
+        return float(g.count)
     return g.count * g.milli / 1000
 
 

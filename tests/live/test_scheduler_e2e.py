@@ -59,7 +59,7 @@ def _print_nominated(pods: list[dict[str, Any]], c: Cluster) -> None:
     print(f"{len(evictions)} evictions asked:", evictions[-10:])
     for node in sorted(nodes):
         held = [(p["metadata"]["name"], (p.get("status") or {}).get("phase"), p["metadata"].get("deletionTimestamp"),
-                 p["metadata"].get("labels", {}).get("kueue.x-k8s.io/queue-name"), p["metadata"].get("labels"))
+                 p["metadata"].get("labels"))
                 for p in pods if p["spec"].get("nodeName") == node]
         print(f"node {node}: {held}")
 

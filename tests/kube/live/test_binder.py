@@ -17,7 +17,6 @@ from gpufleet.kube.events import EventRecorder
 from gpufleet.kube.metrics import Metrics
 from gpufleet.kube.ratelimit import TokenBucket
 from gpufleet.kube.retry import Retrier, RetryPolicy
-from gpufleet.kube.scheduler import _forget_unless_written
 from gpufleet.kube import translate
 from gpufleet.model import NodeName, Placement, PodUid
 from gpufleet.model import annotations as ann
@@ -176,28 +175,3 @@ def test_a_queues_status_writes_land_in_the_order_asked_even_when_the_first_is_s
     events.close()
     assert [s for _, s in rest.statuses] == [{"pending": 3}, {"pending": 0}]
 
-
-class FailingStatusRest(FakeRest):
-    """Every status PATCH is refused with a 500."""
-
-    def __init__(self) -> None:
-        super().__init__(lambda: {})
-
-    def patch(self, url: str, body: dict[str, Any], kind: Any = None) -> dict[str, Any]:
-        raise api_error(500)
-
-
-def test_a_failed_queue_status_write_is_forgotten_so_the_next_round_writes_it_again() -> None:
-    outcomes = {}
-    for name, rest in (("refused", FailingStatusRest()), ("written", SlowStatusRest())):
-        if isinstance(rest, SlowStatusRest):
-            rest.release.set()
-        binder, events = binder_on(rest, workers=1)
-        status = {"pending": 3}
-        memory: dict[str, Any] = {"team-a": status}
-        future = binder.queue_status("team-a", dict(status))
-        future.add_done_callback(_forget_unless_written(memory, "team-a", status))
-        outcomes[name] = (future.result(10), dict(memory))
-        binder.close()
-        events.close()
-    assert outcomes == {"refused": (False, {}), "written": (True, {"team-a": {"pending": 3}})}

@@ -1,17 +1,18 @@
 """When the scheduler writes a pending pod's PodScheduled condition (`SchedulerService._report`):
 once per change, again when the pod does not show it, and never trusting a cached status that
-lags behind a write of its own."""
+lags behind a write of its own; and a PodGroup or Queue status write that failed is asked again."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
 from gpufleet.framework.profiles import builtin
 from gpufleet.kube.cache import Pending
-from gpufleet.kube.scheduler import SchedulerService, ServiceSettings
+from gpufleet.kube.scheduler import SchedulerService, ServiceSettings, _forget_unless_written
 
+from .test_binder import FakeRest, SlowStatusRest, api_error, binder_on
 from .test_translate import pod
 
 NOMINATED = "waiting for 1 preempted pod(s) to leave node n1"
@@ -28,7 +29,7 @@ def showing(message: str | None, nominated: str | None = None) -> Pending:
 
 
 @pytest.fixture
-def writes(request: pytest.FixtureRequest) -> tuple[SchedulerService, list[tuple[str, str | None]]]:
+def writes(request: pytest.FixtureRequest) -> Iterator[tuple[SchedulerService, list[tuple[str, str | None]]]]:
     interval = getattr(request, "param", 10.0)
     service = SchedulerService(object(), builtin("default"), ServiceSettings(status_interval_s=interval))  # type: ignore[arg-type]
     asked: list[tuple[str, str | None]] = []
@@ -77,3 +78,29 @@ def test_a_status_overwritten_by_another_writer_is_written_again(
     service._report(showing(UNSCHEDULABLE), UNSCHEDULABLE, "Unschedulable")  # the echo: nothing to do
     service._report(showing(NOMINATED, "n1"), UNSCHEDULABLE, "Unschedulable")  # the late write landed
     assert asked == [(UNSCHEDULABLE, None), (UNSCHEDULABLE, None)]
+
+
+class FailingStatusRest(FakeRest):
+    """Every status PATCH is refused with a 500."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda: {})
+
+    def patch(self, url: str, body: dict[str, Any], kind: Any = None) -> dict[str, Any]:
+        raise api_error(500)
+
+
+def test_a_failed_queue_status_write_is_forgotten_so_the_next_round_writes_it_again() -> None:
+    outcomes = {}
+    for name, rest in (("refused", FailingStatusRest()), ("written", SlowStatusRest())):
+        if isinstance(rest, SlowStatusRest):
+            rest.release.set()
+        binder, events = binder_on(rest, workers=1)
+        status = {"pending": 3}
+        memory: dict[str, Any] = {"team-a": status}
+        future = binder.queue_status("team-a", dict(status))
+        future.add_done_callback(_forget_unless_written(memory, "team-a", status))
+        outcomes[name] = (future.result(10), dict(memory))
+        binder.close()
+        events.close()
+    assert outcomes == {"refused": (False, {}), "written": (True, {"team-a": {"pending": 3}})}
