@@ -60,6 +60,33 @@ echo "[rc=$?]"; cat "$WORK/inv.err"; cat "$OUT/inventory.json"
 show "$GF" agent inventory "${FAKE_ARGS[@]}"
 show "$GF" agent labels "${FAKE_ARGS[@]}"
 
+step "DRA: the ResourceSlices the agent would publish, and what they are built from"
+timeout 30 "$PY" - <<'PY'
+import pynvml as n
+n.nvmlInit()
+h = n.nvmlDeviceGetHandleByIndex(0)
+for call in ("nvmlDeviceGetArchitecture", "nvmlDeviceGetBrand", "nvmlDeviceGetCudaComputeCapability"):
+    try:
+        print(call, "->", getattr(n, call)(h))
+    except Exception as e:  # noqa: BLE001 - a probe: print what the driver says
+        print(call, "->", type(e).__name__, e)
+PY
+timeout 30 "$PY" -c '
+from gpufleet.agent.nvml import NvmlBackend
+b = NvmlBackend()
+for d in b.devices():
+    for p in d.mig_profiles:
+        print(d.index, "profile index", p.index, "id", p.profile_id, "placements", p.placements)
+b.close()' 2>&1; echo "[rc=$?]"
+for mode in static dynamic shares; do
+    args=(--mig "$mode"); [ "$mode" = shares ] && args=(--memory-shares)
+    timeout 60 "$GF" agent resourceslices --node-name hw-node "${args[@]}" "${FAKE_ARGS[@]}" \
+        >"$OUT/resourceslices-$mode.yaml" 2>"$WORK/rs.err"
+    echo "[$mode rc=$?] $(grep -c '^    attributes:' "$OUT/resourceslices-$mode.yaml") devices, $(grep -c '^kind:' "$OUT/resourceslices-$mode.yaml") slices"
+    cat "$WORK/rs.err"
+done
+head -60 "$OUT/resourceslices-static.yaml"
+
 MPS_ROOT="$WORK/mps"
 # manageDaemon false: this run's Allocate is checked against the daemon started by hand below.
 cat >"$WORK/mps.yaml" <<EOF

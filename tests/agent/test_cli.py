@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpufleet.cli.main import main
 
@@ -62,14 +63,27 @@ def test_labels_prints_labels_annotation_and_capacity(capsys: pytest.CaptureFixt
      "kubeconfig /nonexistent/k: no such file"),
     (["agent", "run", "--kubelet-dir", "/nonexistent"], "--node-name is required"),
     (["agent", "labels", "--fake", "a100-mig", "--node-label", "novalue"], "expected KEY=VALUE"),
+    (["agent", "resourceslices", "--fake", "a100-mig"], "--node-name is required"),
+    (["agent", "resourceslices", "--fake", "a100-mig", "--node-name", "n", "--generation", "0"],
+     "--generation 0: must be 1 or more"),
 ], ids=["no GPU driver", "an unknown fixture", "a kubeconfig that does not exist",
-        "no node name", "a malformed node label"])
+        "no node name", "a malformed node label", "slices without a node name", "generation 0"])
 def test_user_mistakes_are_one_line_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NODE_NAME", raising=False)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_resourceslices_prints_the_pool_for_kubectl(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agent", "resourceslices", "--fake", "h100-sxm-8", "--node-name", "n1", "--mig", "dynamic"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in docs] == ["ResourceSlice"] * 5
+    assert {d["spec"]["pool"]["resourceSliceCount"] for d in docs} == {5}
+    assert main(["agent", "resourceslices", "--fake", "h100-sxm-8", "--node-name", "n1", "--json", "--memory-shares"]) == 0
+    (only,) = json.loads(capsys.readouterr().out)
+    assert all(d["allowMultipleAllocations"] for d in only["spec"]["devices"])
 
 
 def test_labels_reports_a_config_the_node_cannot_serve(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -44,6 +44,9 @@ class StubNvml:
     NVML_P2P_STATUS_OK = pynvml.NVML_P2P_STATUS_OK
     nvmlEventTypeXidCriticalError = pynvml.nvmlEventTypeXidCriticalError
     nvmlEventTypeDoubleBitEccError = pynvml.nvmlEventTypeDoubleBitEccError
+    c_nvmlGpuInstancePlacement_t = pynvml.c_nvmlGpuInstancePlacement_t
+    PLACEMENTS = {19: [(i, 1) for i in range(7)], 9: [(0, 4), (4, 4)], 0: [(0, 8)]}
+    """By profile id, as an A100 40GB answers `nvmlDeviceGetGpuInstancePossiblePlacements_v2`."""
 
     def __init__(self, init_error: int | None = None) -> None:
         self.init_error = init_error
@@ -106,6 +109,20 @@ class StubNvml:
             raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return table[index]
 
+    def nvmlDeviceGetGpuInstancePossiblePlacements(self, h: str, profile_id: int, found: Any, count_ref: Any) -> int:
+        """As NVML's _v2: NULL placements asks for the count; else fills at most `count` entries."""
+        table = self.PLACEMENTS[profile_id]
+        count = count_ref._obj
+        if found is None:
+            count.value = len(table)
+            return pynvml.NVML_SUCCESS  # type: ignore[no-any-return]
+        if count.value < len(table):
+            raise err(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+        for slot, (start, size) in zip(found, table):
+            slot.start, slot.size = start, size
+        count.value = len(table)
+        return pynvml.NVML_SUCCESS  # type: ignore[no-any-return]
+
     def nvmlDeviceGetMaxMigDeviceCount(self, h: str) -> int:
         return 7
 
@@ -132,7 +149,7 @@ class StubNvml:
         return f"gi{gi}"
 
     def nvmlGpuInstanceGetInfo(self, instance: str) -> SimpleNamespace:
-        return SimpleNamespace(profileId=9)
+        return SimpleNamespace(profileId=9, placement=SimpleNamespace(start=4, size=4))
 
     def nvmlDeviceGetP2PStatus(self, a: str, b: str, index: int) -> int:
         assert index == pynvml.NVML_P2P_CAPS_INDEX_NVLINK
@@ -184,6 +201,14 @@ def test_discovery_reads_identity_memory_topology_and_mig(sysfs: Path) -> None:
     assert gpus[0].nvlink_peers == ("GPU-gpu1",) and gpus[1].nvlink_peers == ("GPU-gpu0",)
     assert gpus[0].mig_enabled and not gpus[1].mig_enabled and gpus[1].mig_capable
     assert [(m.uuid, m.gi, m.profile_index) for m in gpus[0].mig_devices] == [("MIG-mig-a", 1, 2), ("MIG-mig-b", 5, 0)]
+
+
+def test_discovery_reads_profile_ids_and_placements(sysfs: Path) -> None:
+    gpus = NvmlBackend(StubNvml(), sysfs).devices()
+    profiles = {p.profile_id: p.placements for p in gpus[1].mig_profiles}
+    assert profiles == {19: tuple((i, 1) for i in range(7)), 9: ((0, 4), (4, 4)), 0: ((0, 8),)}
+    # mig-a's GPU instance answers with its placement; mig-b's refuses (no permission): unknown, not 0
+    assert [m.placement_start for m in gpus[0].mig_devices] == [4, None]
 
 
 def test_nvml_facts_become_the_same_inventory_as_fixtures_give(sysfs: Path) -> None:

@@ -31,6 +31,12 @@ class MigProfileInfo:
     encoders: int = 0
     jpegs: int = 0
     ofas: int = 0
+    profile_id: int | None = None
+    """NVML's id of the profile (`GpuInstanceProfileInfo.id`, e.g. 19 for an H100's `1g.10gb`);
+    None when the source did not report it."""
+    placements: tuple[tuple[int, int], ...] = ()
+    """(start, size) memory-slice placements an instance of this profile may take on an empty GPU
+    (`nvmlDeviceGetGpuInstancePossiblePlacements`); empty when the source did not report them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +50,8 @@ class MigDeviceInfo:
     """Index of its GPU-instance profile, to look up in `DeviceInfo.mig_profiles`."""
     ci_slices: int
     multiprocessors: int
+    placement_start: int | None = None
+    """First memory slice of its GPU instance (`nvmlGpuInstanceGetInfo`); None when unknown."""
 
 
 @dataclass(frozen=True, slots=True)

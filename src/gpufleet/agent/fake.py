@@ -127,13 +127,15 @@ def _device(index: int, s: Mapping[str, Any], nvlink_peers: tuple[str, ...]) -> 
     profiles = tuple(dev.MigProfileInfo(
         int(p["index"]), int(p["slices"]), int(p["instances"]), int(p["multiprocessors"]),
         int(p["memMiB"]), int(p.get("copyEngines", 0)), int(p.get("decoders", 0)),
-        int(p.get("encoders", 0)), int(p.get("jpegs", 0)), int(p.get("ofas", 0)))
+        int(p.get("encoders", 0)), int(p.get("jpegs", 0)), int(p.get("ofas", 0)),
+        None if p.get("id") is None else int(p["id"]), _placements(p.get("placements")))
         for p in s.get("migProfiles", []))
     by_index = {p.index: p for p in profiles}
     migs = tuple(dev.MigDeviceInfo(
         str(m["uuid"]), int(m["gi"]), int(m["ci"]), int(m["profileIndex"]),
         int(m.get("ciSlices", by_index[int(m["profileIndex"])].slices)),
-        int(m.get("multiprocessors", by_index[int(m["profileIndex"])].multiprocessors)))
+        int(m.get("multiprocessors", by_index[int(m["profileIndex"])].multiprocessors)),
+        None if m.get("placementStart") is None else int(m["placementStart"]))
         for m in s.get("mig", []))
     major, minor = s["compute"]
     return dev.DeviceInfo(
@@ -142,3 +144,10 @@ def _device(index: int, s: Mapping[str, Any], nvlink_peers: tuple[str, ...]) -> 
         compute=(int(major), int(minor)), numa_node=s.get("numaNode"), pci_class=s.get("pciClass"),
         mig_capable=bool(s.get("migCapable", False)), mig_enabled=bool(s.get("migEnabled", False)),
         mig_profiles=profiles, mig_devices=migs, nvlink_peers=nvlink_peers)
+
+
+def _placements(spec: Mapping[str, Any] | None) -> tuple[tuple[int, int], ...]:
+    """`{size: 2, starts: [0, 2, 4]}`, as `nvidia-smi mig -lgipp` prints `{0,2,4}:2`."""
+    if spec is None:
+        return ()
+    return tuple((int(start), int(spec["size"])) for start in spec["starts"])

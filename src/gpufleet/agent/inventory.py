@@ -31,6 +31,25 @@ class MigSlice:
     ci_slices: int
     engines: tuple[tuple[str, int], ...]
     """(copy, decoder, encoder, jpeg, ofa) counts, by GFD's engine label names."""
+    profile_id: int | None = None
+    placement_start: int | None = None
+    """First memory slice of its GPU instance; None when the source did not say."""
+    placement_size: int | None = None
+    """Memory slices its GPU instance spans; None when the profile's placements are unknown."""
+
+
+@dataclass(frozen=True, slots=True)
+class MigOption:
+    """A GPU-instance profile this GPU can be carved into, with where instances of it may go."""
+
+    profile: str
+    profile_id: int | None
+    instances: int
+    mem_mib: int
+    multiprocessors: int
+    engines: tuple[tuple[str, int], ...]
+    placements: tuple[tuple[int, int], ...]
+    """(start, size) in memory slices; empty when the source did not report placements."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +74,8 @@ class GpuEntry:
     mig_profiles: tuple[tuple[str, int], ...]
     """Profiles this GPU could be carved into, with the maximum instance count of each."""
     nvlink_domain: str | None
+    mig_options: tuple[MigOption, ...] = ()
+    """Every whole-instance profile (compute slices = GPU slices) with its placements."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,17 +178,27 @@ def _entry(d: dev.DeviceInfo, domain: str | None) -> GpuEntry:
         if m.profile_index not in profiles:
             raise ModelError(f"GPU {d.uuid}: MIG device {m.uuid}",
                              f"has GPU-instance profile index {m.profile_index}, which the GPU does not list")
-    slices = tuple(_slice(m, profiles[m.profile_index], d.mem_mib) for m in d.mig_devices)
-    possible = tuple((mig_profile_name(p, p.slices, d.mem_mib), p.instances)
-                     for p in sorted(d.mig_profiles, key=lambda p: (p.slices, p.mem_mib, p.index)))
+    slices = tuple(_slice(d.uuid, m, profiles[m.profile_index], d.mem_mib) for m in d.mig_devices)
+    ordered = sorted(d.mig_profiles, key=lambda p: (p.slices, p.mem_mib, p.index))
+    possible = tuple((mig_profile_name(p, p.slices, d.mem_mib), p.instances) for p in ordered)
+    options = tuple(MigOption(mig_profile_name(p, p.slices, d.mem_mib), p.profile_id, p.instances, p.mem_mib,
+                              p.multiprocessors, _engines(p), p.placements) for p in ordered)
     mode = {0x030000: "graphics", 0x030200: "compute"}.get(d.pci_class or -1, "unknown")
     return GpuEntry(d.uuid, d.index, d.minor, d.name, d.name.replace(" ", "-"), d.mem_mib, d.pci_bus_id,
                     d.pci_device_id, d.numa_node, d.compute, family(d.compute), mode, d.mig_capable,
-                    d.mig_enabled, slices, possible, domain)
+                    d.mig_enabled, slices, possible, domain, options)
 
 
-def _slice(m: dev.MigDeviceInfo, p: dev.MigProfileInfo, total_mem_mib: int) -> MigSlice:
-    engines = (("copy", p.copy_engines), ("decoder", p.decoders), ("encoder", p.encoders),
-               ("jpeg", p.jpegs), ("ofa", p.ofas))
+def _engines(p: dev.MigProfileInfo) -> tuple[tuple[str, int], ...]:
+    return (("copy", p.copy_engines), ("decoder", p.decoders), ("encoder", p.encoders),
+            ("jpeg", p.jpegs), ("ofa", p.ofas))
+
+
+def _slice(gpu: str, m: dev.MigDeviceInfo, p: dev.MigProfileInfo, total_mem_mib: int) -> MigSlice:
+    size = next((size for start, size in p.placements if start == m.placement_start), None)
+    if m.placement_start is not None and size is None and p.placements:
+        raise ModelError(f"GPU {gpu}: MIG device {m.uuid}",
+                         f"starts at memory slice {m.placement_start}, which its profile does not allow "
+                         f"(allowed: {sorted(start for start, _ in p.placements)})")
     return MigSlice(m.uuid, mig_profile_name(p, m.ci_slices, total_mem_mib), m.gi, m.ci, p.mem_mib,
-                    m.multiprocessors, p.slices, m.ci_slices, engines)
+                    m.multiprocessors, p.slices, m.ci_slices, _engines(p), p.profile_id, m.placement_start, size)

@@ -15,6 +15,7 @@ the row-remapping failure flag every `remap_poll_s`, which NVML reports by query
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import time
 from collections import deque
@@ -152,8 +153,20 @@ class NvmlBackend:
                 found.append((int(p.id), dev.MigProfileInfo(
                     index, int(p.sliceCount), int(p.instanceCount), int(p.multiprocessorCount), int(p.memorySizeMB),
                     int(p.copyEngineCount), int(p.decoderCount), int(p.encoderCount), int(p.jpegCount),
-                    int(p.ofaCount))))
+                    int(p.ofaCount), int(p.id), self._placements(h, int(p.id)))))
         return tuple(found)
+
+    def _placements(self, h: Any, profile_id: int) -> tuple[tuple[int, int], ...]:
+        """(start, size) of each placement NVML allows for the profile; () where the driver has no answer."""
+        count = ctypes.c_uint(0)
+        if self._optional("nvmlDeviceGetGpuInstancePossiblePlacements", h, profile_id, None,
+                          ctypes.byref(count)) is None or count.value == 0:
+            return ()
+        found = (self._nvml.c_nvmlGpuInstancePlacement_t * count.value)()
+        if self._optional("nvmlDeviceGetGpuInstancePossiblePlacements", h, profile_id, found,
+                          ctypes.byref(count)) is None:
+            return ()
+        return tuple((int(p.start), int(p.size)) for p in found[:count.value])
 
     def _mig_devices(self, h: Any, profiles: tuple[dev.MigProfileInfo, ...],
                      profile_ids: dict[int, int]) -> tuple[dev.MigDeviceInfo, ...]:
@@ -167,8 +180,13 @@ class NvmlBackend:
             migs.append(dev.MigDeviceInfo(
                 str(self._call("nvmlDeviceGetUUID", m)), gi, int(self._call("nvmlDeviceGetComputeInstanceId", m)),
                 self._profile_index(h, gi, attrs, profiles, profile_ids), int(attrs.computeInstanceSliceCount),
-                int(attrs.multiprocessorCount)))
+                int(attrs.multiprocessorCount), self._placement_start(h, gi)))
         return tuple(migs)
+
+    def _placement_start(self, h: Any, gi: int) -> int | None:
+        instance = self._optional("nvmlDeviceGetGpuInstanceById", h, gi)
+        info = self._optional("nvmlGpuInstanceGetInfo", instance) if instance is not None else None
+        return int(info.placement.start) if info is not None else None
 
     def _profile_index(self, h: Any, gi: int, attrs: Any, profiles: tuple[dev.MigProfileInfo, ...],
                        profile_ids: dict[int, int]) -> int:

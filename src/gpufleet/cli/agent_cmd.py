@@ -2,6 +2,8 @@
 
     gpufleet agent inventory [--json] [--fake FIXTURE]     what discovery sees
     gpufleet agent labels [--fake FIXTURE] [--config F]    the labels and annotation it would write
+    gpufleet agent resourceslices --node-name N [--mig static|dynamic] [--memory-shares] [--fake FIXTURE]
+                                                           the DRA ResourceSlices it would publish
     gpufleet agent run --config F --kubelet-dir D --node-name N [--kubeconfig K] [--fake FIXTURE]
 
 `run` reaches the API server through `gpufleet.kube` (wired in `agent_api`), chosen so:
@@ -29,13 +31,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from gpufleet.agent import configsource, fake, inventory, report
+import yaml
+
+from gpufleet.agent import configsource, fake, inventory, report, resourceslices
 from gpufleet.agent.backend import BackendError, GpuBackend
 from gpufleet.agent.kube import KubeAccessError, NodeApi, OfflineNodeApi
 from gpufleet.agent.nvml import NvmlBackend
 from gpufleet.agent.plan import plan_resources
 from gpufleet.agent.runtime import Agent, AgentOptions
 from gpufleet.cli import agent_api
+from gpufleet.model import ModelError
 from gpufleet.model.assignment_auth import load_keyring
 from gpufleet.cli.main import UsageError, port
 
@@ -58,6 +63,19 @@ def add_parser(subparsers: Any) -> None:
     lab.add_argument("--fake", metavar="FIXTURE", help=fixture_help)
     _config_arguments(lab)
     lab.set_defaults(func=_labels)
+
+    rs = sub.add_parser("resourceslices", help="print the DRA ResourceSlices for this node's GPUs (YAML, for kubectl)")
+    rs.add_argument("--node-name", default=os.environ.get("NODE_NAME"), help="this node's name (default: $NODE_NAME)")
+    rs.add_argument("--fake", metavar="FIXTURE", help=fixture_help)
+    rs.add_argument("--driver", default=resourceslices.DRIVER, help=f"DRA driver name (default {resourceslices.DRIVER})")
+    rs.add_argument("--mig", choices=[m.value for m in resourceslices.MigMode], default="static",
+                    help="static: the MIG instances carved now; dynamic: every placement, as partitionable devices "
+                         "(default static)")
+    rs.add_argument("--memory-shares", action="store_true",
+                    help="whole GPUs take several claims, each asking for part of the memory (consumable capacity)")
+    rs.add_argument("--generation", type=int, default=1, help="the pool's generation (default 1)")
+    rs.add_argument("--json", action="store_true", help="print a JSON list instead of YAML documents")
+    rs.set_defaults(func=_resource_slices)
 
     run = sub.add_parser("run", help="serve the device plugins, watch health, write the node")
     run.add_argument("--kubelet-dir", type=Path, default=Path(DEFAULT_KUBELET_DIR),
@@ -142,6 +160,23 @@ def _labels(args: argparse.Namespace) -> int:
     patch = report.node_patch(inv, loaded.config, {})
     print(json.dumps({"config": loaded.name, "labels": dict(sorted(patch.labels.items())),
                       "annotations": dict(patch.annotations), "capacity": dict(patch.capacity)}, indent=2))
+    return 0
+
+
+def _resource_slices(args: argparse.Namespace) -> int:
+    if not args.node_name:
+        raise UsageError("--node-name is required (or set $NODE_NAME): the slices name the node they belong to")
+    if args.generation < 1:
+        raise UsageError(f"--generation {args.generation}: must be 1 or more")
+    options = resourceslices.SliceOptions(args.driver, resourceslices.MigMode(args.mig), args.memory_shares)
+    try:
+        slices = resourceslices.resource_slices(_discover(args.fake), args.node_name, args.generation, options)
+    except ModelError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(list(slices), indent=2))
+    else:
+        print(yaml.safe_dump_all(slices, sort_keys=False), end="")
     return 0
 
 
