@@ -79,10 +79,15 @@ def test_gpufleet_keys_set_fractions_health_and_metrics() -> None:
     ("gpufleet: {fraction: true}", "gpufleet.fraction: unknown key"),
     ("sharing: [1]", "sharing: must be a mapping"),
     ("flags: {migStrategy: [", "is not valid YAML"),
+    ("gpufleet: {dra: {driver: GPU.Example.com}}", "gpufleet.dra.driver: must be a lowercase DNS subdomain"),
+    ("gpufleet: {dra: {driver: " + "a" * 64 + "}}", "of at most 63 characters"),
+    ("gpufleet: {dra: {mig: mixed}}", "gpufleet.dra.mig: must be one of static, dynamic"),
+    ("gpufleet: {dra: {publsh: true}}", "gpufleet.dra.publsh: unknown key"),
 ], ids=["a future version", "an unknown MIG strategy", "an unknown device-list strategy", "a string for a flag",
         "empty sharing resources", "a single replica", "a resource outside nvidia.com", "MPS with mixed MIG",
         "a zero quiet period", "an XID both ignored and recoverable", "a negative XID", "a port out of range",
-        "a misspelt gpufleet key", "a list where a mapping belongs", "broken YAML"])
+        "a misspelt gpufleet key", "a list where a mapping belongs", "broken YAML", "an upper-case DRA driver",
+        "a DRA driver name too long", "an unknown DRA MIG mode", "a misspelt DRA key"])
 def test_bad_config_is_an_error_naming_the_file_and_key(text: str, where: str) -> None:
     with pytest.raises(cfg.ConfigError) as info:
         cs.load_text(text, "node.yaml")

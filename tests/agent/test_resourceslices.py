@@ -93,6 +93,12 @@ def test_an_unhealthy_gpu_stays_published_with_a_noschedule_taint() -> None:
     assert ds[2]["taints"] == [{"key": "gpufleet.io/unhealthy", "value": "true", "effect": "NoSchedule"}]
 
 
+def test_an_unhealthy_mig_instance_is_tainted_alone() -> None:
+    a100 = inv("a100-mig")
+    ds = devices(rs.resource_slices(a100, "n", 1, unhealthy=frozenset({a100.gpus[1].mig_slices[3].uuid})))
+    assert [d["name"] for d in ds if "taints" in d] == ["gpu-1-mig-1g5gb-19-3"]
+
+
 def test_the_node_owns_its_slices_when_its_uid_is_known() -> None:
     s = rs.resource_slices(inv("h100-sxm-8"), "n", 1, node_uid="u-1")[0]
     assert s["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u-1",

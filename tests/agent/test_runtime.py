@@ -97,3 +97,60 @@ def test_stop_removes_the_sockets_and_releases_the_backend(tmp_path: Path, sock_
     assert (sock_dir / "gpufleet-gpu.sock").exists()
     agent.stop()
     assert backend.closed and not (sock_dir / "gpufleet-gpu.sock").exists()
+
+
+def wait_until(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_dra_publishing_is_off_by_default(make_agent: AgentFactory) -> None:
+    agent, _, api = make_agent()
+    assert api.patches and api.slices == {} and agent.slice_generation == 0
+
+
+def test_the_agent_publishes_its_pool_and_a_fault_taints_the_gpu_in_a_new_generation(make_agent: AgentFactory) -> None:
+    agent, backend, api = make_agent(config="gpufleet: {dra: {publish: true, mig: dynamic}}")
+    (pool,) = api.slices.values()
+    assert list(api.slices) == ["gpu.gpufleet.io"] and len(pool) == 5 and agent.slice_generation == 1
+    backend.inject_xid("GPU-1d7a2c39-5c5e-4a0b-8f6e-2b1f0c3a9d01", 79)
+    wait_until(lambda: agent.slice_generation == 2, "the fault was not published")
+    tainted = {d["name"] for s in api.slices["gpu.gpufleet.io"] for d in s["spec"].get("devices", []) if "taints" in d}
+    assert "gpu-0" in tainted and "gpu-0-mig-7g80gb-0-0" in tainted and not any(n.startswith("gpu-1") for n in tainted)
+
+
+def test_time_slicing_publishes_memory_shares(make_agent: AgentFactory) -> None:
+    config = ("sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 4}]}}\n"
+              "gpufleet: {dra: {publish: true}}")
+    _, _, api = make_agent(config=config)
+    (pool,) = api.slices.values()
+    assert all(d["allowMultipleAllocations"] for d in pool[0]["spec"]["devices"])
+
+
+def test_turning_publishing_off_or_renaming_the_driver_withdraws_the_old_pool(make_agent: AgentFactory,
+                                                                             tmp_path: Path) -> None:
+    agent, _, api = make_agent(config="gpufleet: {dra: {publish: true}}", config_poll_s=0.05)
+    assert list(api.slices) == ["gpu.gpufleet.io"]
+    (tmp_path / "config.yaml").write_text("gpufleet: {dra: {publish: true, driver: gpu.example.com}}")
+    wait_until(lambda: list(api.slices) == ["gpu.example.com"], "the renamed driver's pool did not replace the old")
+    (tmp_path / "config.yaml").write_text("gpufleet: {dra: {publish: false}}")
+    wait_until(lambda: api.slices == {}, "the pool was not withdrawn")
+
+
+def test_a_failed_publish_is_retried(make_agent: AgentFactory) -> None:
+    agent, backend, api = make_agent(config="gpufleet: {dra: {publish: true}}")
+    original = api.publish_resource_slices
+    calls: list[int] = []
+
+    def flaky(driver: str, slices: object) -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise KubeAccessError("503 from the API server")
+        return original(driver, slices)  # type: ignore[arg-type]
+
+    api.publish_resource_slices = flaky  # type: ignore[method-assign]
+    backend.inject_xid("GPU-1d7a2c39-5c5e-4a0b-8f6e-2b1f0c3a9d01", 79)
+    wait_until(lambda: agent.slice_generation == 2, "the fault was not published after a failed try")
+    assert len(calls) >= 2

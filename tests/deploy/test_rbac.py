@@ -42,6 +42,8 @@ AGENT: set[tuple[str, str, str, str]] = {
     (CLUSTER, "", "nodes/status", "patch"),
     (CLUSTER, "", "pods", "list"),
     (CLUSTER, "events.k8s.io", "events", "create"),  # AssignmentRejected on a pod with a forged assignment
+    # GET resourceslices?fieldSelector=spec.nodeName=N,spec.driver=D, then POST, PUT, DELETE of the node's pool
+    *((CLUSTER, "resource.k8s.io", "resourceslices", v) for v in ("list", "create", "update", "delete")),
 }
 
 

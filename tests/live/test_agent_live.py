@@ -164,6 +164,34 @@ def test_the_agent_labels_its_node_and_reports_an_xid_as_condition_and_taint(
     assert [r for r in requests if r[3] >= 400] == [], "RBAC allowed every request"
 
 
+def test_the_running_agent_publishes_its_dra_pool_and_taints_a_failed_gpu_in_a_new_generation(
+        cluster: Cluster, kubeconfig: Path, sock_dir: Path, tmp_path: Path) -> None:
+    name = "dra-agent-node"
+    add_node(cluster, name)
+    (tmp_path / "config.yaml").write_text("gpufleet: {metricsPort: 0, dra: {publish: true}}\n")
+    backend = fake.load_fixture("h100-sxm-8")
+
+    def pool() -> list[Obj]:
+        return [o for o in cluster.admin.list("resourceslices") if o["spec"]["nodeName"] == name]
+
+    with node_api(kubeconfig, name) as api:
+        agent = Agent(lambda: backend, api, configsource.ConfigSource(tmp_path / "config.yaml", None, api.node_labels),
+                      AgentOptions(name, sock_dir, metrics_port=0, health_poll_s=0.05))
+        agent.start()
+        try:
+            (published,) = pool()  # start() publishes before it returns
+            assert published["spec"]["driver"] == "gpu.gpufleet.io" and published["spec"]["pool"]["generation"] == 1
+            assert [d["attributes"]["uuid"]["string"] for d in published["spec"]["devices"]] == \
+                [g.uuid for g in agent.inventory.gpus]
+            bad = agent.inventory.gpus[3].uuid
+            backend.inject_xid(bad, 79)
+            wait_for(lambda: pool()[0]["spec"]["pool"]["generation"] == 2, 15, "the fault in a new generation")
+            (tainted,) = pool()
+            assert [d["name"] for d in tainted["spec"]["devices"] if d.get("taints")] == ["gpu-3"]
+        finally:
+            agent.stop()
+
+
 def test_the_agent_reads_the_pods_bound_to_its_node_in_every_namespace(cluster: Cluster, kubeconfig: Path) -> None:
     add_node(cluster, "pods-node")
     add_node(cluster, "pods-elsewhere")

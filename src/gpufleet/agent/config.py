@@ -8,6 +8,7 @@ ignored. Every error names the file and the key: `config node.yaml: sharing.mps.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Mapping, TypeVar
@@ -116,6 +117,15 @@ class MpsSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class DraSettings:
+    publish: bool = False
+    """Publish the node's GPUs as DRA ResourceSlices (`agent/resourceslices.py`)."""
+    driver: str = "gpu.gpufleet.io"
+    mig: str = "static"
+    """`static`: the carved MIG instances; `dynamic`: every placement, as partitionable devices."""
+
+
+@dataclass(frozen=True, slots=True)
 class GpufleetSettings:
     fractions: bool = False
     """Advertise `gpufleet.io/gpu-milli` (and node capacity `gpufleet.io/gpu-memory`)."""
@@ -123,6 +133,7 @@ class GpufleetSettings:
     metrics_port: int = 9402
     """Prometheus port; 0 turns the endpoint off."""
     mps: MpsSettings = field(default_factory=MpsSettings)
+    dra: DraSettings = field(default_factory=DraSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +249,7 @@ def _replicated(section: _Section, i: int, item: object) -> ReplicatedResource:
 
 
 def _gpufleet(s: _Section) -> GpufleetSettings:
-    s.check_keys(("fractions", "health", "metricsPort", "mps"))
+    s.check_keys(("fractions", "health", "metricsPort", "mps", "dra"))
     h = s.sub("health")
     h.check_keys(("enabled", "ignoredXids", "recoverableXids", "quietPeriodS", "taintEffect"))
     ignored = _xid_set(h, "ignoredXids", xids.APPLICATION_XIDS)
@@ -254,7 +265,19 @@ def _gpufleet(s: _Section) -> GpufleetSettings:
     mps = MpsSettings(m.get("manageDaemon", bool, True), m.get("exclusiveProcess", bool, True),
                       m.get("controlBinary", str, "nvidia-cuda-mps-control",
                             lambda v: None if v.strip() else "must name the program"))
-    return GpufleetSettings(s.get("fractions", bool, False), health, port, mps)
+    d = s.sub("dra")
+    d.check_keys(("publish", "driver", "mig"))
+    dra = DraSettings(d.get("publish", bool, False), d.get("driver", str, "gpu.gpufleet.io", _driver_name),
+                      d.choice("mig", ("static", "dynamic"), "static"))
+    return GpufleetSettings(s.get("fractions", bool, False), health, port, mps, dra)
+
+
+def _driver_name(name: str) -> str | None:
+    """A DRA driver name is a DNS subdomain of at most 63 characters (`DriverNameMaxLength`)."""
+    labels = name.split(".")
+    if len(name) > 63 or not all(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", label) for label in labels):
+        return f"must be a lowercase DNS subdomain of at most 63 characters, like gpu.gpufleet.io, got {name!r}"
+    return None
 
 
 def _xid_set(h: _Section, key: str, default: tuple[int, ...]) -> frozenset[int]:

@@ -1,8 +1,9 @@
 """The agent's narrow view of the Kubernetes API, as a Protocol with in-memory implementations.
 
-The agent needs four things from the API server: its node's labels (to pick a config), the
-pods bound to its node (to find the scheduler's assignment in `Allocate`), and a way to
-write its node's labels, annotations, conditions, taints and extended-resource capacity.
+The agent needs these from the API server: its node's labels (to pick a config), the pods
+bound to its node (to find the scheduler's assignment in `Allocate`), a way to write its
+node's labels, annotations, conditions, taints and extended-resource capacity, events on
+pods, and, when DRA is on, its node's ResourceSlices.
 Requests are plain data (`NodePatch`) built before any I/O. The live client is
 `gpufleet.kube.node_api.KubeNodeApi`, which the CLI wires in (the agent may not import
 `kube/`); here are:
@@ -21,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from gpufleet.model import Taint
 
@@ -90,6 +91,10 @@ class NodeApi(Protocol):
         """A Warning event on a pod bound to this node (a refused assignment). Raises KubeAccessError."""
         ...
 
+    def publish_resource_slices(self, driver: str, slices: Sequence[Mapping[str, Any]]) -> int:
+        """Make the node's DRA pool of `driver` hold `slices` (none: delete it); returns its generation."""
+        ...
+
 
 @dataclass
 class NodeState:
@@ -140,6 +145,9 @@ class FakeNodeApi:
         """(namespace/name, reason, note) of each pod event sent."""
         self.fail = False
         """Set to make every call raise KubeAccessError (an unreachable API server)."""
+        self.slices: dict[str, list[Mapping[str, Any]]] = {}
+        """The published DRA pool of each driver."""
+        self.generations: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def node_labels(self) -> Mapping[str, str]:
@@ -162,6 +170,17 @@ class FakeNodeApi:
         with self._lock:
             self._check()
             self.events.append((f"{pod.namespace}/{pod.name}", reason, note))
+
+    def publish_resource_slices(self, driver: str, slices: Sequence[Mapping[str, Any]]) -> int:
+        with self._lock:
+            self._check()
+            if list(slices) != self.slices.get(driver, []):
+                self.generations[driver] = self.generations.get(driver, 0) + 1
+            if slices:
+                self.slices[driver] = list(slices)
+            else:
+                self.slices.pop(driver, None)
+            return self.generations.get(driver, 0)
 
     def _check(self) -> None:
         if self.fail:
@@ -187,6 +206,10 @@ class OfflineNodeApi:
 
     def pod_event(self, pod: PodView, reason: str, note: str) -> None:
         raise KubeAccessError("no Kubernetes API access: cannot record an event")
+
+    def publish_resource_slices(self, driver: str, slices: Sequence[Mapping[str, Any]]) -> int:
+        raise KubeAccessError("no Kubernetes API access: cannot publish ResourceSlices "
+                              "(`gpufleet agent resourceslices` prints them)")
 
     def patch_node(self, patch: NodePatch) -> None:
         self.node.apply(patch)

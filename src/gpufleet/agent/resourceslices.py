@@ -86,14 +86,14 @@ def resource_slices(inv: NodeGpuInventory, node: str, generation: int, options: 
                     unhealthy: frozenset[str] = frozenset(), node_uid: str | None = None) -> tuple[dict[str, Any], ...]:
     """The node's pool: every slice, all of one `generation`, named `<node>-<driver>-<i>`.
 
-    `unhealthy` holds GPU UUIDs: their devices carry a `NoSchedule` taint `gpufleet.io/unhealthy`
+    `unhealthy` holds GPU and MIG UUIDs: their devices carry a `NoSchedule` taint `gpufleet.io/unhealthy`
     instead of vanishing, so a claim already allocated stays visible while no new claim gets them.
     `node_uid`, when given, makes the Node the slices' owner, so they go when it goes.
     """
     groups: list[_Group] = []
     counter_sets: list[dict[str, Any]] = []
     for g in inv.gpus:
-        taints = ({"key": UNHEALTHY_TAINT, "value": "true", "effect": "NoSchedule"},) if g.uuid in unhealthy else ()
+        taints = _taint(g.uuid in unhealthy)
         if options.mig is MigMode.DYNAMIC and _partitionable(g):
             counters = _full_counters(g)
             counter_sets.append({"name": _counter_set(g), "counters": counters})
@@ -103,7 +103,8 @@ def resource_slices(inv: NodeGpuInventory, node: str, generation: int, options: 
                                for o in g.mig_options for start, size in o.placements)
             groups.append(_Group((whole, *placements), True))
         elif g.mig_enabled:
-            groups.append(_Group(tuple(_carved(inv, g, s, taints) for s in g.mig_slices), bool(taints)))
+            carved = tuple(_carved(inv, g, s, taints or _taint(s.uuid in unhealthy)) for s in g.mig_slices)
+            groups.append(_Group(carved, any("taints" in d for d in carved)))
         else:
             groups.append(_Group((_whole(inv, g, options.memory_shares, taints),), bool(taints)))
     specs = [{"sharedCounters": counter_sets[i:i + MAX_COUNTER_SETS]}
@@ -198,6 +199,10 @@ def _attributes(inv: NodeGpuInventory, g: GpuEntry, kind: str, uuid: str | None)
     if g.nvlink_domain is not None:
         attributes["nvlinkDomain"] = {"string": g.nvlink_domain}
     return attributes
+
+
+def _taint(unhealthy: bool) -> tuple[dict[str, str], ...]:
+    return ({"key": UNHEALTHY_TAINT, "value": "true", "effect": "NoSchedule"},) if unhealthy else ()
 
 
 def _with_taints(device: dict[str, Any], taints: tuple[dict[str, str], ...]) -> dict[str, Any]:

@@ -12,7 +12,8 @@ Then a supervisor thread, every `poll_s`:
    new valid config replaces the plugins; an invalid one is logged, counted and kept in
    `config_error`, and the agent keeps serving the last good one.
 3. Node report: when health or config changed (or the last write failed), the node patch is
-   recomputed and written.
+   recomputed and written, and, when `gpufleet.dra.publish` is set, the node's DRA
+   ResourceSlices are published (a new pool generation only when they changed).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gpufleet.agent import configsource, health, mps, report
+from gpufleet.agent import configsource, health, mps, report, resourceslices
 from gpufleet.agent.assignments import AssignmentBook
 from gpufleet.agent.backend import BackendUnavailableError, GpuBackend
-from gpufleet.agent.config import ConfigError
+from gpufleet.agent.config import AgentConfig, ConfigError, SharingStrategy
 from gpufleet.agent.devices import HealthEvent
 from gpufleet.agent.inventory import NodeGpuInventory, inventory
 from gpufleet.agent.kube import KubeAccessError, NodeApi, PodView
@@ -37,6 +38,7 @@ from gpufleet.agent.mps_daemon import MpsSupervisor
 from gpufleet.agent.plan import PlanError, ResourcePlan, plan_resources
 from gpufleet.agent.plugin import KUBELET_SOCKET, PluginServer, RegistrationError, socket_identity
 from gpufleet.agent.servicer import PluginContext
+from gpufleet.model import ModelError
 from gpufleet.model.assignment_auth import KeyDir
 
 log = logging.getLogger(__name__)
@@ -81,6 +83,11 @@ class Agent:
         self._reported: tuple[int, str, int] | None = None
         self._owned_labels: frozenset[str] = frozenset()
         self._write_error: str | None = None
+        self._slice_driver: str | None = None
+        """The DRA driver whose pool this agent last published, to withdraw it when the config changes."""
+        self.slice_generation = 0
+        self._slice_error: str | None = None
+        """The published pool's generation (0: none published)."""
         self._failed_register: dict[str, tuple[int, int, int]] = {}
         self._monitor: health.HealthMonitor | None = None
         self.mps: MpsSupervisor | None = None
@@ -225,10 +232,12 @@ class Agent:
             if state == self._reported:
                 return
             faults = self.board.faults()
+            config = self.loaded.config
             patch = report.node_patch(self.inventory, self.loaded.config, faults, self._owned_labels,
                                       supervisor.status() if supervisor else None)
         try:
             self._api.patch_node(patch)
+            self._publish_slices(config, frozenset(faults))
         except KubeAccessError as exc:
             with self._lock:
                 if str(exc) != self._write_error:  # once per distinct failure, not every poll
@@ -240,6 +249,27 @@ class Agent:
             self._owned_labels = frozenset(k for k, v in patch.labels.items() if v is not None)
             self._reported = state
             self._update_device_metrics(frozenset(faults))
+
+    def _publish_slices(self, config: AgentConfig, unhealthy: frozenset[str]) -> None:
+        """The node's DRA pool as the config asks: published, or withdrawn (also a former driver's)."""
+        dra = config.gpufleet.dra
+        if self._slice_driver is not None and (not dra.publish or dra.driver != self._slice_driver):
+            self._api.publish_resource_slices(self._slice_driver, ())
+            self._slice_driver = None
+        if not dra.publish:
+            return
+        options = resourceslices.SliceOptions(dra.driver, resourceslices.MigMode(dra.mig),
+                                              config.sharing.strategy is not SharingStrategy.NONE)
+        try:
+            slices = resourceslices.resource_slices(self.inventory, self.options.node_name, 1, options, unhealthy)
+        except ModelError as exc:  # a driver fact the API cannot take: say so once, keep the node written
+            if str(exc) != self._slice_error:
+                log.error("cannot publish ResourceSlices for node %s: %s", self.options.node_name, exc)
+            self._slice_error = str(exc)
+            return
+        self._slice_error = None
+        self._slice_driver = dra.driver
+        self.slice_generation = self._api.publish_resource_slices(dra.driver, slices)
 
     def _write_loop(self) -> None:
         while not self._stop.wait(self.options.poll_s):

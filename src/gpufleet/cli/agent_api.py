@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from gpufleet.agent.kube import KubeAccessError, NodePatch, PodView
 from gpufleet.cli.main import UsageError
@@ -44,6 +44,10 @@ class AgentNodeApi:
     def pod_event(self, pod: PodView, reason: str, note: str) -> None:
         with _as_access_error():
             self._api.pod_event(pod.namespace, pod.name, pod.uid, reason, note)
+
+    def publish_resource_slices(self, driver: str, slices: Sequence[Mapping[str, Any]]) -> int:
+        with _as_access_error():
+            return self._api.publish_resource_slices(driver, slices)
 
 
 def connect(kubeconfig: Path | None, node_name: str) -> AgentNodeApi:

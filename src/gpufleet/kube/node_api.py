@@ -15,6 +15,9 @@ Requests, and the RBAC each needs:
   nodes/status): see `node_patch` for what the bodies hold and why.
 * `POST /apis/events.k8s.io/v1/namespaces/NS/events` (create events): a Warning on a pod
   whose GPU assignment the agent refuses (`AssignmentRejected`).
+* `GET /apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=N,spec.driver=D`
+  (list resourceslices), then `POST`, `PUT` and `DELETE` of this node's slices (create, update,
+  delete resourceslices): the node's DRA pool, when the agent publishes one (`slice_sync`).
 
 Every call goes through a `Retrier`: temporary failures are retried with backoff, and node
 writes that still fail are cooled down between calls (see `retry`).
@@ -26,15 +29,16 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import Callable, Mapping, cast
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import lightkube
 from lightkube.models import meta_v1
 from lightkube.resources.core_v1 import Node, NodeStatus, Pod
 from lightkube.resources.events_v1 import Event
+from lightkube.resources.resource_v1 import ResourceSlice
 from lightkube.types import PatchType
 
-from gpufleet.kube import node_patch
+from gpufleet.kube import node_patch, slice_sync
 from gpufleet.kube.events import event_body
 from gpufleet.kube.retry import Retrier, RetryPolicy
 
@@ -88,6 +92,33 @@ class KubeNodeApi:
                           now=self._now().timestamp(), controller=AGENT_CONTROLLER)
         event = cast(Event, Event.from_dict(body))
         self._retrier.call(f"create event on pod {namespace}/{name}", lambda: self._client.create(event))
+
+    def publish_resource_slices(self, driver: str, slices: Sequence[Mapping[str, Any]]) -> int:
+        """Make this node's pool of `driver` hold `slices` (an empty sequence deletes it); the Node
+        becomes their owner, so they go with it. Returns the pool's generation."""
+        def sync() -> int:  # one unit of retry: after a 409 the pool is listed again
+            node = self._client.get(Node, self._node)
+            owner = [{"apiVersion": "v1", "kind": "Node", "name": self._node,
+                      "uid": node.metadata.uid if node.metadata else "", "controller": True}]
+            wanted = [{**o, "metadata": {**o["metadata"], "ownerReferences": owner}} for o in slices]
+            found = self._client.list(ResourceSlice, fields={"spec.nodeName": self._node, "spec.driver": driver})
+            todo = slice_sync.plan([o.to_dict() for o in found], wanted)
+            for body in todo.create:
+                self._client.create(cast(ResourceSlice, ResourceSlice.from_dict(body)))
+            for body in todo.replace:
+                self._client.replace(cast(ResourceSlice, ResourceSlice.from_dict(body)))
+            for name in todo.delete:
+                try:
+                    self._client.delete(ResourceSlice, name)
+                except lightkube.ApiError as exc:
+                    if exc.status.code != 404:  # gone already is what we wanted
+                        raise
+            if not todo.empty:
+                log.info("published %d ResourceSlices of %s for node %s (generation %d; %d created, %d replaced, "
+                         "%d deleted)", len(wanted), driver, self._node, todo.generation, len(todo.create),
+                         len(todo.replace), len(todo.delete))
+            return todo.generation
+        return self._retrier.call(f"publish ResourceSlices of node {self._node}", sync, cooldown=True)
 
     def _patch(self, changes: node_patch.NodeChanges) -> None:
         # One unit of retry: after a 409 the node is read again and both bodies rebuilt.
