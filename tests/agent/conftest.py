@@ -8,7 +8,7 @@ import signal
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -97,7 +97,7 @@ def make_agent(sock_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("PATH", f"{MPS_STUB_DIR}{os.pathsep}{os.environ.get('PATH', '')}")
 
     def factory(fixture: str = "h100-sxm-8", config: str = "", pods: tuple[PodView, ...] = (),
-                clock: FakeClock | None = None, **options: float) -> tuple[Agent, fake.FakeBackend, FakeNodeApi]:
+                clock: FakeClock | None = None, **options: Any) -> tuple[Agent, fake.FakeBackend, FakeNodeApi]:
         config_file = tmp_path / "config.yaml"
         config_file.write_text(config)
         backend = fake.load_fixture(fixture)

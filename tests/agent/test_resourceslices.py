@@ -208,3 +208,18 @@ def test_a_carved_instance_outside_its_profiles_placements_is_an_error_naming_it
     with pytest.raises(ModelError, match=r"MIG device MIG-5a0c9e1f-2b3d-5e4f-8a7b-6c5d4e3f2a01: starts at memory "
                                          r"slice 2, which its profile does not allow \(allowed: \[0, 4\]\)"):
         inventory.inventory(backend.system(), (bad,))
+
+
+@pytest.mark.parametrize("fixture", fake.fixture_names())
+@pytest.mark.parametrize("options", [SliceOptions(), SliceOptions(mig=MigMode.DYNAMIC), SliceOptions(memory_shares=True)],
+                         ids=["static", "dynamic", "shares"])
+def test_the_prepare_targets_are_exactly_the_published_devices(fixture: str, options: SliceOptions) -> None:
+    base = inv(fixture)
+    targets = rs.device_targets(base, options)
+    published = devices(rs.resource_slices(base, "n", 1, options))
+    assert sorted(targets) == sorted(d["name"] for d in published)
+    for d in published:
+        t = targets[d["name"]]
+        assert t.uuid == d["attributes"].get("uuid", d["attributes"].get("parentUUID"))["string"]
+        assert t.shareable == d.get("allowMultipleAllocations", False)
+        assert (t.carve is not None) == ("consumesCounters" in d and d["attributes"]["type"]["string"] == "mig")

@@ -16,7 +16,8 @@ from gpufleet.agent.config import ConfigError
 from gpufleet.agent.kube import FakeNodeApi, KubeAccessError, NodePatch
 from gpufleet.agent.runtime import Agent, AgentOptions
 
-from .conftest import AgentFactory
+from .conftest import NODE, AgentFactory
+from .drakubelet import register
 from .kubelet import WAIT_S
 
 
@@ -154,3 +155,19 @@ def test_a_failed_publish_is_retried(make_agent: AgentFactory) -> None:
     backend.inject_xid("GPU-1d7a2c39-5c5e-4a0b-8f6e-2b1f0c3a9d01", 79)
     wait_until(lambda: agent.slice_generation == 2, "the fault was not published after a failed try")
     assert len(calls) >= 2
+
+
+def test_a_publishing_agent_serves_the_kubelets_dra_api_until_the_config_stops_it(
+        make_agent: AgentFactory, tmp_path: Path) -> None:
+    dirs = {"dra_plugins_dir": tmp_path / "p", "dra_registry_dir": tmp_path / "r", "cdi_root": tmp_path / "cdi"}
+    agent, _, api = make_agent(config="gpufleet: {dra: {publish: true}}", config_poll_s=0.05, **dirs)
+    assert agent.dra is not None
+    kubelet = register(agent.dra.registration_path)
+    api.claims[("team", "c")] = {"metadata": {"namespace": "team", "name": "c", "uid": "u1"}, "status": {"allocation": {
+        "devices": {"results": [{"request": "r", "driver": "gpu.gpufleet.io", "pool": NODE, "device": "gpu-4"}]}}}}
+    answer = kubelet.prepare(("team", "c", "u1")).claims["u1"]
+    kubelet.close()
+    assert answer.error == "" and [d.device_name for d in answer.devices] == ["gpu-4"]
+    (tmp_path / "config.yaml").write_text("gpufleet: {dra: {publish: false}}")
+    wait_until(lambda: agent.dra is None and api.slices == {}, "the DRA plugin was not stopped")
+    assert not (tmp_path / "r" / "gpu.gpufleet.io-reg.sock").exists()

@@ -44,6 +44,7 @@ AGENT: set[tuple[str, str, str, str]] = {
     (CLUSTER, "events.k8s.io", "events", "create"),  # AssignmentRejected on a pod with a forged assignment
     # GET resourceslices?fieldSelector=spec.nodeName=N,spec.driver=D, then POST, PUT, DELETE of the node's pool
     *((CLUSTER, "resource.k8s.io", "resourceslices", v) for v in ("list", "create", "update", "delete")),
+    (CLUSTER, "resource.k8s.io", "resourceclaims", "get"),  # NodePrepareResources: the claim as it is now
 }
 
 

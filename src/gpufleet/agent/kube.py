@@ -95,6 +95,10 @@ class NodeApi(Protocol):
         """Make the node's DRA pool of `driver` hold `slices` (none: delete it); returns its generation."""
         ...
 
+    def resource_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The ResourceClaim as the API server has it now; None if there is none."""
+        ...
+
 
 @dataclass
 class NodeState:
@@ -148,6 +152,8 @@ class FakeNodeApi:
         self.slices: dict[str, list[Mapping[str, Any]]] = {}
         """The published DRA pool of each driver."""
         self.generations: dict[str, int] = {}
+        self.claims: dict[tuple[str, str], Mapping[str, Any]] = {}
+        """ResourceClaims by (namespace, name), for the DRA plugin to read."""
         self._lock = threading.Lock()
 
     def node_labels(self) -> Mapping[str, str]:
@@ -182,6 +188,11 @@ class FakeNodeApi:
                 self.slices.pop(driver, None)
             return self.generations.get(driver, 0)
 
+    def resource_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        with self._lock:
+            self._check()
+            return self.claims.get((namespace, name))
+
     def _check(self) -> None:
         if self.fail:
             raise KubeAccessError("fake API server unreachable")
@@ -210,6 +221,9 @@ class OfflineNodeApi:
     def publish_resource_slices(self, driver: str, slices: Sequence[Mapping[str, Any]]) -> int:
         raise KubeAccessError("no Kubernetes API access: cannot publish ResourceSlices "
                               "(`gpufleet agent resourceslices` prints them)")
+
+    def resource_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        raise KubeAccessError("no Kubernetes API access: cannot read ResourceClaims")
 
     def patch_node(self, patch: NodePatch) -> None:
         self.node.apply(patch)

@@ -122,6 +122,39 @@ def resource_slices(inv: NodeGpuInventory, node: str, generation: int, options: 
     } for i, spec in enumerate(specs))
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceTarget:
+    """What a published device is on this node, for preparing it (`agent/draprepare.py`)."""
+
+    uuid: str
+    """The GPU's UUID, or the MIG device's."""
+    minor: int
+    """The GPU's minor number (`/dev/nvidia<minor>`); a MIG device's parent's."""
+    shareable: bool = False
+    """Several claims may hold it at once (`allowMultipleAllocations`)."""
+    carve: str | None = None
+    """Set for a partitionable MIG placement: the profile an instance must be carved with first."""
+
+
+def device_targets(inv: NodeGpuInventory, options: SliceOptions = SliceOptions()) -> dict[str, DeviceTarget]:
+    """Every device `resource_slices` publishes with these options, by name."""
+    targets: dict[str, DeviceTarget] = {}
+    for g in inv.gpus:
+        if options.mig is MigMode.DYNAMIC and _partitionable(g):
+            targets[f"gpu-{g.minor}"] = DeviceTarget(g.uuid, g.minor)
+            for o in g.mig_options:
+                for start, _ in o.placements:
+                    assert o.profile_id is not None  # _partitionable checked
+                    targets[mig_device_name(g, o.profile, o.profile_id, start)] = DeviceTarget(g.uuid, g.minor,
+                                                                                             carve=o.profile)
+        elif g.mig_enabled:
+            for s in g.mig_slices:
+                targets[_carved_name(g, s)] = DeviceTarget(s.uuid, g.minor)
+        else:
+            targets[f"gpu-{g.minor}"] = DeviceTarget(g.uuid, g.minor, shareable=options.memory_shares)
+    return targets
+
+
 def semver(version: str, what: str) -> str:
     """NVIDIA's dotted versions as semantic versions: `580.159.04` -> `580.159.4`, `13.0` -> `13.0.0`."""
     parts = version.strip().split(".")
@@ -226,16 +259,19 @@ def _mig_capacity(mem_mib: int, multiprocessors: int, engines: tuple[tuple[str, 
 
 
 def _carved(inv: NodeGpuInventory, g: GpuEntry, s: MigSlice, taints: tuple[dict[str, str], ...]) -> dict[str, Any]:
-    if s.profile_id is not None and s.placement_start is not None:
-        name = mig_device_name(g, s.profile, s.profile_id, s.placement_start)
-    else:  # the driver did not say where the instance sits: name it by its instance ids
-        name = f"gpu-{g.minor}-mig-gi{s.gi}-ci{s.ci}"
+    name = _carved_name(g, s)
     capacity = _mig_capacity(s.mem_mib, s.multiprocessors, s.engines)
     if s.placement_start is not None and s.placement_size is not None:
         capacity.update({f"memorySlice{i}": {"value": "1"}
                          for i in range(s.placement_start, s.placement_start + s.placement_size)})
     attributes = {**_attributes(inv, g, "mig", s.uuid), "profile": {"string": s.profile}}
     return _with_taints({"name": name, "attributes": attributes, "capacity": capacity}, taints)
+
+
+def _carved_name(g: GpuEntry, s: MigSlice) -> str:
+    if s.profile_id is not None and s.placement_start is not None:
+        return mig_device_name(g, s.profile, s.profile_id, s.placement_start)
+    return f"gpu-{g.minor}-mig-gi{s.gi}-ci{s.ci}"  # the driver did not say where it sits: its instance ids
 
 
 def _placement(inv: NodeGpuInventory, g: GpuEntry, o: MigOption, start: int, size: int,

@@ -31,6 +31,7 @@ from gpufleet.agent.assignments import AssignmentBook
 from gpufleet.agent.backend import BackendUnavailableError, GpuBackend
 from gpufleet.agent.config import AgentConfig, ConfigError, SharingStrategy
 from gpufleet.agent.devices import HealthEvent
+from gpufleet.agent.draplugin import DEFAULT_CDI_ROOT, CheckpointError, DraPlugin
 from gpufleet.agent.inventory import NodeGpuInventory, inventory
 from gpufleet.agent.kube import KubeAccessError, NodeApi, PodView
 from gpufleet.agent.metrics import AgentMetrics
@@ -57,6 +58,14 @@ class AgentOptions:
     """Overrides the config's gpufleet.metricsPort when set."""
     mps_check_s: float = 2.0
     """How often each MPS control daemon must answer."""
+    dra_plugins_dir: Path | None = None
+    """Where the DRA socket goes (`<dir>/<driver>/dra.sock`; the kubelet's: /var/lib/kubelet/plugins).
+    With this and `dra_registry_dir` set, a config that publishes DRA slices also serves the
+    kubelet's DRA API; without them it only publishes."""
+    dra_registry_dir: Path | None = None
+    """The kubelet's plugin-watcher directory (/var/lib/kubelet/plugins_registry)."""
+    cdi_root: Path = Path(DEFAULT_CDI_ROOT)
+    """Where prepared claims' CDI specs go."""
     assignment_keys: Path | None = None
     """The scheduler's assignment-signing keys (a mounted Secret, `model.assignment_auth`): with them,
     only assignments the scheduler signed for that very pod are served. None: unsigned ones are
@@ -87,6 +96,9 @@ class Agent:
         """The DRA driver whose pool this agent last published, to withdraw it when the config changes."""
         self.slice_generation = 0
         self._slice_error: str | None = None
+        self.dra: DraPlugin | None = None
+        """The kubelet's DRA API, when served."""
+        self._dra_options: resourceslices.SliceOptions | None = None
         """The published pool's generation (0: none published)."""
         self._failed_register: dict[str, tuple[int, int, int]] = {}
         self._monitor: health.HealthMonitor | None = None
@@ -146,6 +158,7 @@ class Agent:
         self.mps.apply(mps.daemon_specs(plans, loaded.config))
         self.mps.sync()  # before the plugins: MPS replicas are advertised healthy only once their daemon answers
         self._start_plugins(plans)
+        self._start_dra(loaded.config)  # CheckpointError, OSError
         self.report()
         self._supervisor.start()
         self._writer.start()
@@ -163,6 +176,8 @@ class Agent:
             self._monitor.stop(timeout_s)
         for p in self.plugins:
             p.stop()
+        if self.dra is not None:
+            self.dra.stop()
         self.metrics.shutdown()
         if self._backend is not None:
             self._backend.close()
@@ -218,6 +233,14 @@ class Agent:
         for p in self.plugins:
             p.stop()
         self._start_plugins(plans)
+        if _slice_options(loaded.config) != self._dra_options:
+            if self.dra is not None:
+                self.dra.stop()
+                self.dra = None
+            try:
+                self._start_dra(loaded.config)
+            except (CheckpointError, OSError) as exc:
+                log.error("cannot serve the kubelet's DRA API for the new config: %s", exc)
         return True  # the writer thread reports the new config on its next poll
 
     def report(self) -> None:
@@ -250,16 +273,28 @@ class Agent:
             self._reported = state
             self._update_device_metrics(frozenset(faults))
 
+    def _start_dra(self, config: AgentConfig) -> None:
+        """Serve the kubelet's DRA API for the config's driver, when it publishes slices and the
+        kubelet's directories are known."""
+        options = _slice_options(config)
+        self._dra_options = options
+        if options is None or self.options.dra_plugins_dir is None or self.options.dra_registry_dir is None:
+            return
+        inv = self.inventory
+        self.dra = DraPlugin(options.driver, self.options.node_name, self._api.resource_claim,
+                             lambda: resourceslices.device_targets(inv, options), self.options.dra_plugins_dir,
+                             self.options.dra_registry_dir, self.options.cdi_root, self._dev_exists)
+        self.dra.start()
+
     def _publish_slices(self, config: AgentConfig, unhealthy: frozenset[str]) -> None:
         """The node's DRA pool as the config asks: published, or withdrawn (also a former driver's)."""
         dra = config.gpufleet.dra
         if self._slice_driver is not None and (not dra.publish or dra.driver != self._slice_driver):
             self._api.publish_resource_slices(self._slice_driver, ())
             self._slice_driver = None
-        if not dra.publish:
+        options = _slice_options(config)
+        if options is None:
             return
-        options = resourceslices.SliceOptions(dra.driver, resourceslices.MigMode(dra.mig),
-                                              config.sharing.strategy is not SharingStrategy.NONE)
         try:
             slices = resourceslices.resource_slices(self.inventory, self.options.node_name, 1, options, unhealthy)
         except ModelError as exc:  # a driver fact the API cannot take: say so once, keep the node written
@@ -323,3 +358,11 @@ class Agent:
         for warning in loaded.config.warnings:
             log.warning("%s", warning)
 
+
+def _slice_options(config: AgentConfig) -> resourceslices.SliceOptions | None:
+    """How the config publishes DRA slices; None when it does not."""
+    dra = config.gpufleet.dra
+    if not dra.publish:
+        return None
+    return resourceslices.SliceOptions(dra.driver, resourceslices.MigMode(dra.mig),
+                                       config.sharing.strategy is not SharingStrategy.NONE)

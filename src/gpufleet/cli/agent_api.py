@@ -49,6 +49,10 @@ class AgentNodeApi:
         with _as_access_error():
             return self._api.publish_resource_slices(driver, slices)
 
+    def resource_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        with _as_access_error():
+            return self._api.resource_claim(namespace, name)
+
 
 def connect(kubeconfig: Path | None, node_name: str) -> AgentNodeApi:
     """API access from `kubeconfig`, or in-cluster config when it is None; raises UsageError.

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from gpufleet.agent import configsource, fake, inventory, report, resourceslices
+from gpufleet.agent import configsource, draplugin, fake, inventory, report, resourceslices
 from gpufleet.agent.backend import BackendError, GpuBackend
 from gpufleet.agent.kube import KubeAccessError, NodeApi, OfflineNodeApi
 from gpufleet.agent.nvml import NvmlBackend
@@ -90,6 +90,13 @@ def add_parser(subparsers: Any) -> None:
     run.add_argument("--assignment-keys", type=Path, metavar="DIR",
                      help="the scheduler's assignment-signing keys (a mounted Secret, docs/security.md): serve only "
                           "GPU assignments the scheduler signed for that pod (default: trust unsigned ones)")
+    run.add_argument("--kubelet-plugins-dir", type=Path, default=Path(draplugin.DEFAULT_PLUGINS_DIR),
+                     help="with gpufleet.dra.publish: where the DRA socket goes, <dir>/<driver>/dra.sock "
+                          f"(default {draplugin.DEFAULT_PLUGINS_DIR})")
+    run.add_argument("--kubelet-registry-dir", type=Path, default=Path(draplugin.DEFAULT_REGISTRY_DIR),
+                     help=f"the kubelet's plugin-registration directory (default {draplugin.DEFAULT_REGISTRY_DIR})")
+    run.add_argument("--cdi-root", type=Path, default=Path(draplugin.DEFAULT_CDI_ROOT),
+                     help=f"where prepared DRA claims' CDI specs go (default {draplugin.DEFAULT_CDI_ROOT})")
     run.add_argument("--state-file", type=Path, help="offline: write the node state the agent would patch here (JSON)")
     run.add_argument("--nfd-file", type=Path, help="offline: write the labels as a node-feature-discovery feature file")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -205,7 +212,8 @@ def _run(args: argparse.Namespace) -> int:
     api, source = _node_api(args)
     agent = Agent(lambda: _backend(args.fake), api, source,
                   AgentOptions(args.node_name, args.kubelet_dir, metrics_port=args.metrics_port,
-                               assignment_keys=args.assignment_keys))
+                               assignment_keys=args.assignment_keys, dra_plugins_dir=args.kubelet_plugins_dir,
+                               dra_registry_dir=args.kubelet_registry_dir, cdi_root=args.cdi_root))
 
     stopping = threading.Event()
 
@@ -216,12 +224,12 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     try:
         agent.start()
-    except (BackendError, KubeAccessError) as exc:  # KubeAccessError: node labels for choosing a config
+    except (BackendError, KubeAccessError, draplugin.CheckpointError) as exc:  # KubeAccessError: node labels
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot serve metrics or sockets: {exc.strerror or exc}") from None
-    print(f"gpufleet agent: serving {', '.join(p.plan.resource for p in agent.plugins) or 'nothing (idle)'} "
-          f"for node {args.node_name}", file=sys.stderr)
+    served = [p.plan.resource for p in agent.plugins] + ([f"DRA driver {agent.dra.driver}"] if agent.dra else [])
+    print(f"gpufleet agent: serving {', '.join(served) or 'nothing (idle)'} for node {args.node_name}", file=sys.stderr)
     while not stopping.wait(0.5):
         pass
     agent.stop()

@@ -18,6 +18,8 @@ Requests, and the RBAC each needs:
 * `GET /apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=N,spec.driver=D`
   (list resourceslices), then `POST`, `PUT` and `DELETE` of this node's slices (create, update,
   delete resourceslices): the node's DRA pool, when the agent publishes one (`slice_sync`).
+* `GET /apis/resource.k8s.io/v1/namespaces/NS/resourceclaims/C` (get resourceclaims): a claim
+  the kubelet asks the agent to prepare, read as it is now.
 
 Every call goes through a `Retrier`: temporary failures are retried with backoff, and node
 writes that still fail are cooled down between calls (see `retry`).
@@ -35,7 +37,7 @@ import lightkube
 from lightkube.models import meta_v1
 from lightkube.resources.core_v1 import Node, NodeStatus, Pod
 from lightkube.resources.events_v1 import Event
-from lightkube.resources.resource_v1 import ResourceSlice
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 from lightkube.types import PatchType
 
 from gpufleet.kube import node_patch, slice_sync
@@ -119,6 +121,17 @@ class KubeNodeApi:
                          len(todo.replace), len(todo.delete))
             return todo.generation
         return self._retrier.call(f"publish ResourceSlices of node {self._node}", sync, cooldown=True)
+
+    def resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ResourceClaim as stored now; None if there is none."""
+        def get() -> dict[str, Any] | None:
+            try:
+                return cast(dict[str, Any], self._client.get(ResourceClaim, name, namespace=namespace).to_dict())
+            except lightkube.ApiError as exc:
+                if exc.status.code == 404:
+                    return None
+                raise
+        return self._retrier.call(f"get ResourceClaim {namespace}/{name}", get)
 
     def _patch(self, changes: node_patch.NodeChanges) -> None:
         # One unit of retry: after a 409 the node is read again and both bodies rebuilt.

@@ -29,18 +29,24 @@ class GenerateError(RuntimeError):
 
 def generate(out_root: Path) -> list[Path]:
     """Compile api.proto into `out_root/gpufleet/agent/v1beta1/`; return the generated files."""
+    return compile_proto(PROTO, out_root)
+
+
+def compile_proto(proto: Path, out_root: Path) -> list[Path]:
+    """Compile `proto` (a file under `src/`) into the same place under `out_root`; return the files."""
     from grpc_tools import protoc  # type: ignore[import-untyped]  # dev-only, untyped
 
     out_root.mkdir(parents=True, exist_ok=True)
     args = ["grpc_tools.protoc", f"-I{SRC_ROOT}", f"--python_out={out_root}",
-            f"--pyi_out={out_root}", f"--grpc_python_out={out_root}", str(PROTO)]
+            f"--pyi_out={out_root}", f"--grpc_python_out={out_root}", str(proto)]
     if protoc.main(args) != 0:
-        raise GenerateError(f"protoc failed on {PROTO}")
-    out_dir = out_root / PROTO.parent.relative_to(SRC_ROOT)
-    for name in ("api_pb2_grpc.py", "api_pb2.pyi"):
+        raise GenerateError(f"protoc failed on {proto}")
+    out_dir = out_root / proto.parent.relative_to(SRC_ROOT)
+    stem = proto.stem
+    for name in (f"{stem}_pb2_grpc.py", f"{stem}_pb2.pyi"):
         path = out_dir / name
         path.write_text(_MYPY_HEADER + path.read_text())
-    return [out_dir / name for name in GENERATED]
+    return [out_dir / f"{stem}{suffix}" for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")]
 
 
 if __name__ == "__main__":

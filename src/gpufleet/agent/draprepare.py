@@ -1,0 +1,125 @@
+"""Pure: the kubelet's `NodePrepareResources` for one claim, and the CDI spec it hands out.
+
+The kubelet asks the driver to prepare each claim of a pod it is about to start. The answer
+names, per allocated device, the CDI device IDs the container runtime injects. Before it
+answers, the agent checks the claim as it reads it from the API server, since a scheduler
+(gpufleet's or another) may be wrong and double allocation has happened in kube-scheduler
+(kubernetes/kubernetes#136269):
+
+- the claim exists, is the one the kubelet means (same UID) and is allocated;
+- every result of this driver is from this node's pool and names a device the node publishes;
+- no device that takes one claim at a time is already prepared for another claim;
+- no device needs a MIG instance carved first (partitionable placements: not built yet).
+
+Any failure refuses the whole claim with a message naming it and the field, and prepares
+nothing. Preparing a claim that is already prepared answers the same again (the kubelet
+retries). CDI IDs follow NVIDIA's driver: kind `k8s.<driver>/claim`, device
+`<claim UID>-<device name>`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from gpufleet.agent.resourceslices import DeviceTarget
+
+CDI_VERSION = "0.5.0"
+COMMON_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDevice:
+    requests: tuple[str, ...]
+    pool: str
+    device: str
+    cdi_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedClaim:
+    namespace: str
+    name: str
+    devices: tuple[PreparedDevice, ...]
+
+
+class PrepareError(Exception):
+    """The claim cannot be prepared; the message names the claim and what is wrong."""
+
+
+def prepare(claim: Mapping[str, Any] | None, namespace: str, name: str, uid: str, *, driver: str, node: str,
+            targets: Mapping[str, DeviceTarget], prepared: Mapping[str, PreparedClaim]) -> PreparedClaim:
+    """The devices of claim `namespace/name` (UID `uid`) to hand out; raises PrepareError.
+
+    `claim` is the ResourceClaim as read now (None: not found); `prepared` holds the claims
+    prepared on this node, by UID.
+    """
+    where = f"ResourceClaim {namespace}/{name}"
+    if uid in prepared:
+        return prepared[uid]
+    if claim is None:
+        raise PrepareError(f"{where}: not found")
+    if claim["metadata"].get("uid") != uid:
+        raise PrepareError(f"{where}: has UID {claim['metadata'].get('uid')}, not {uid}: the claim was replaced")
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        raise PrepareError(f"{where}: status.allocation is empty: the claim is not allocated")
+    held = _held(prepared)
+    devices: list[PreparedDevice] = []
+    for i, result in enumerate((allocation.get("devices") or {}).get("results") or []):
+        if result.get("driver") != driver:
+            continue
+        field = f"{where}: status.allocation.devices.results[{i}]"
+        device, pool = str(result.get("device")), str(result.get("pool"))
+        if pool != node:
+            raise PrepareError(f"{field}: pool {pool!r} is not this node's ({node!r})")
+        target = targets.get(device)
+        if target is None:
+            raise PrepareError(f"{field}: device {device!r} is not one this node publishes")
+        if target.carve is not None:
+            raise PrepareError(f"{field}: device {device!r} needs a {target.carve} MIG instance carved first, "
+                               "which this agent does not do yet (publish MIG with gpufleet.dra.mig: static)")
+        other = held.get(device)
+        if other is not None and not target.shareable:
+            raise PrepareError(f"{field}: device {device!r} is already prepared for ResourceClaim "
+                               f"{other.namespace}/{other.name}; refusing to hand it out twice")
+        request = str(result.get("request", ""))
+        devices.append(PreparedDevice((request.split("/")[0],), pool, device,
+                                      (f"{cdi_kind(driver)}={cdi_device_name(uid, device)}",)))
+    return PreparedClaim(namespace, name, tuple(devices))
+
+
+def cdi_kind(driver: str) -> str:
+    return f"k8s.{driver}/claim"
+
+
+def cdi_device_name(claim_uid: str, device: str) -> str:
+    return f"{claim_uid}-{device}"
+
+
+def cdi_spec_name(driver: str, claim_uid: str) -> str:
+    """The file name CDI gives a transient spec (`GenerateTransientSpecName`), without the extension."""
+    return f"k8s.{driver}-claim_{claim_uid}"
+
+
+def cdi_spec(driver: str, claim_uid: str, claim: PreparedClaim, targets: Mapping[str, DeviceTarget],
+             dev_exists: Callable[[str], bool]) -> dict[str, Any]:
+    """The claim's CDI spec: each device's `/dev/nvidia<minor>`, the control nodes that exist, and
+    `NVIDIA_VISIBLE_DEVICES` with the claim's GPU or MIG UUIDs, for the NVIDIA container toolkit,
+    which mounts the driver's libraries as it does for the device plugin."""
+    uuids = [targets[d.device].uuid for d in claim.devices]
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": cdi_kind(driver),
+        "devices": [{"name": cdi_device_name(claim_uid, d.device),
+                     "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{targets[d.device].minor}"}]}}
+                    for d in claim.devices],
+        "containerEdits": {"env": [f"NVIDIA_VISIBLE_DEVICES={','.join(uuids)}"],
+                           "deviceNodes": [{"path": p} for p in COMMON_DEVICE_NODES if dev_exists(p)]},
+    }
+
+
+def _held(prepared: Mapping[str, PreparedClaim]) -> dict[str, PreparedClaim]:
+    """Each device held by a prepared claim, by name. Names are enough: the devices that can be
+    prepared never overlap (a GPU in MIG mode publishes its instances, not itself)."""
+    return {d.device: claim for claim in prepared.values() for d in claim.devices}

@@ -1,0 +1,1 @@
+"""The kubelet's DRA (v1) and plugin-registration gRPC APIs, generated from their protos."""
