@@ -249,6 +249,23 @@ def test_the_agent_mounts_the_mps_root_its_config_names(tmp_path: Path) -> None:
     assert "mpsRoot: /var/run/gpu-mps/" in config
 
 
+def test_the_agent_mounts_the_dra_directories_only_when_its_config_publishes(tmp_path: Path) -> None:
+    def host_paths(config: str | None) -> set[str]:
+        values = tmp_path / "values.yaml"
+        values.write_text(yaml.safe_dump({"agent": {"config": config}} if config else {}))
+        objs = [doc for doc in yaml.safe_load_all(_helm("template", "gpufleet", str(CHART), "-n", NAMESPACE,
+                                                        "-f", str(values))) if doc]
+        agent = _find(objs, "DaemonSet", "gpufleet-agent")
+        mounts = {m["name"]: m["mountPath"] for m in _container(agent)["volumeMounts"]}
+        paths = {v["name"]: v["hostPath"]["path"] for v in agent["spec"]["template"]["spec"]["volumes"] if "hostPath" in v}
+        assert all(mounts[name] == path for name, path in paths.items() if name.startswith(("kubelet-plugins", "cdi")))
+        return set(paths.values())
+    dra = {"/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry", "/var/run/cdi"}
+    assert not dra & host_paths(None)
+    assert not dra & host_paths("version: v1\ngpufleet: {dra: {publish: false}}\n")
+    assert dra <= host_paths("version: v1\ngpufleet: {dra: {publish: true, mig: dynamic}}\n")
+
+
 @pytest.mark.parametrize(("bad", "says"), [
     ("scheduler.replicas=two", "/scheduler/replicas"),
     ("scheduler.replica=2", "replica"),

@@ -43,3 +43,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $flags := get $config "flags" | default dict -}}
 {{- get $flags "mpsRoot" | default "/run/nvidia/mps" | trimSuffix "/" -}}
 {{- end -}}
+
+{{/* gpufleet.dra.publish of the agent config: the DaemonSet then mounts the kubelet's DRA plugin
+directories and the CDI directory ("true" or ""). */}}
+{{- define "gpufleet.draPublish" -}}
+{{- $config := fromYaml (include "gpufleet.agentConfig" .) -}}
+{{- $gpufleet := get $config "gpufleet" | default dict -}}
+{{- $dra := get $gpufleet "dra" | default dict -}}
+{{- if get $dra "publish" -}}true{{- end -}}
+{{- end -}}
