@@ -217,11 +217,22 @@ def test_the_agent_can_be_left_out_or_pinned_to_nodes_and_a_runtime() -> None:
     assert "runtimeClassName" not in default and "nodeSelector" not in default
 
 
-def test_the_admission_policy_is_on_unless_asked_and_then_both_objects_go() -> None:
+def test_the_admission_policies_are_on_unless_asked_and_then_all_their_objects_go() -> None:
     kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-    assert sorted(o["kind"] for o in render() if o["kind"] in kinds) == sorted(kinds)
+
+    def policies(*sets: str) -> list[str]:
+        return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in render(*sets) if o["kind"] in kinds)
+    both = [f"{k}/{n}" for k in kinds for n in ("gpufleet-agent-own-node", "gpufleet-no-prebound-gpu-pods")]
+    assert policies() == sorted(both)
     assert not [o for o in render() if o["kind"] in kinds and "namespace" in o["metadata"]], "cluster-scoped"
-    assert [o for o in render("admissionPolicy.enabled=false") if o["kind"] in kinds] == []
+    assert policies("admissionPolicy.enabled=false") == []
+    assert policies("agent.enabled=false") == sorted(p for p in both if "no-prebound" in p)  # no agent to hold
+
+
+def test_the_agent_policy_names_the_agent_of_the_release_namespace() -> None:
+    policy = _find(render(namespace="gpu-system"), "ValidatingAdmissionPolicy", "gpufleet-agent-own-node")
+    assert policy["spec"]["matchConditions"][0]["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:gpu-system:gpufleet-agent'")
 
 
 def test_karpenter_rules_go_only_when_neither_flag_nor_rbac_asks_for_them() -> None:

@@ -63,14 +63,16 @@ def test_every_rendered_object_validates_against_the_kubernetes_schemas(rendered
 
 def test_the_admission_policy_validates_is_cluster_scoped_and_bound() -> None:
     objs = manifests.admission_policy()
-    assert sorted(manifests.key(o) for o in objs) == ["ValidatingAdmissionPolicy/gpufleet-no-prebound-gpu-pods",
-                                                      "ValidatingAdmissionPolicyBinding/gpufleet-no-prebound-gpu-pods"]
+    assert sorted(manifests.key(o) for o in objs) == [
+        "ValidatingAdmissionPolicy/gpufleet-agent-own-node", "ValidatingAdmissionPolicy/gpufleet-no-prebound-gpu-pods",
+        "ValidatingAdmissionPolicyBinding/gpufleet-agent-own-node",
+        "ValidatingAdmissionPolicyBinding/gpufleet-no-prebound-gpu-pods"]
     for obj in objs:
         assert manifests.validate_builtin(obj) == "1.34", manifests.key(obj)
         assert "namespace" not in obj["metadata"]
         assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpufleet"
-    binding = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"] == {"policyName": "gpufleet-no-prebound-gpu-pods", "validationActions": ["Deny"]}
+    for binding in (o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"):
+        assert binding["spec"] == {"policyName": binding["metadata"]["name"], "validationActions": ["Deny"]}
 
 
 @pytest.mark.parametrize(("kind", "mutate"), [
