@@ -95,11 +95,11 @@ class Agent:
         self._slice_driver: str | None = None
         """The DRA driver whose pool this agent last published, to withdraw it when the config changes."""
         self.slice_generation = 0
+        """The published pool's generation (0: none published)."""
         self._slice_error: str | None = None
         self.dra: DraPlugin | None = None
         """The kubelet's DRA API, when served."""
         self._dra_options: resourceslices.SliceOptions | None = None
-        """The published pool's generation (0: none published)."""
         self._failed_register: dict[str, tuple[int, int, int]] = {}
         self._monitor: health.HealthMonitor | None = None
         self.mps: MpsSupervisor | None = None
