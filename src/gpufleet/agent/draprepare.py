@@ -59,17 +59,21 @@ def prepare(claim: Mapping[str, Any] | None, namespace: str, name: str, uid: str
         return prepared[uid]
     if claim is None:
         raise PrepareError(f"{where}: not found")
-    if claim["metadata"].get("uid") != uid:
-        raise PrepareError(f"{where}: has UID {claim['metadata'].get('uid')}, not {uid}: the claim was replaced")
-    allocation = (claim.get("status") or {}).get("allocation")
+    stored = _field(_object(claim, where), "metadata", where).get("uid")
+    if stored != uid:
+        raise PrepareError(f"{where}: has UID {stored}, not {uid}: the claim was replaced")
+    allocation = _field(_field(claim, "status", where), "allocation", f"{where}: status")
     if not allocation:
         raise PrepareError(f"{where}: status.allocation is empty: the claim is not allocated")
+    results = _field(allocation, "devices", f"{where}: status.allocation").get("results") or []
+    if not isinstance(results, list):
+        raise PrepareError(f"{where}: status.allocation.devices.results is not a list")
     held = _held(prepared)
     devices: list[PreparedDevice] = []
-    for i, result in enumerate((allocation.get("devices") or {}).get("results") or []):
-        if result.get("driver") != driver:
-            continue
+    for i, result in enumerate(results):
         field = f"{where}: status.allocation.devices.results[{i}]"
+        if _object(result, field).get("driver") != driver:
+            continue
         device, pool = str(result.get("device")), str(result.get("pool"))
         if pool != node:
             raise PrepareError(f"{field}: pool {pool!r} is not this node's ({node!r})")
@@ -117,6 +121,18 @@ def cdi_spec(driver: str, claim_uid: str, claim: PreparedClaim, targets: Mapping
         "containerEdits": {"env": [f"NVIDIA_VISIBLE_DEVICES={','.join(uuids)}"],
                            "deviceNodes": [{"path": p} for p in COMMON_DEVICE_NODES if dev_exists(p)]},
     }
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise PrepareError(f"{where}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _field(value: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    """`value[key]` as an object; an absent or null one is empty."""
+    found = value.get(key)
+    return {} if found is None else _object(found, f"{where}: {key}" if ":" not in where else f"{where}.{key}")
 
 
 def _held(prepared: Mapping[str, PreparedClaim]) -> dict[str, PreparedClaim]:
