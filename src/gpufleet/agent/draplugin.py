@@ -29,6 +29,7 @@ import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
 
 from gpufleet.agent import draprepare
 from gpufleet.agent.draprepare import PreparedClaim, PreparedDevice, PrepareError
+from gpufleet.agent.files import write_atomically
 from gpufleet.agent.drav1 import dra_pb2, dra_pb2_grpc, registration_pb2, registration_pb2_grpc
 from gpufleet.agent.kube import KubeAccessError
 from gpufleet.agent.resourceslices import DeviceTarget
@@ -103,7 +104,7 @@ class DraPlugin:
             if uid not in self.prepared:
                 spec = draprepare.cdi_spec(self.driver, uid, done, targets, self._dev_exists)
                 self.cdi_root.mkdir(parents=True, exist_ok=True)
-                _write_atomically(self._cdi_path(uid), json.dumps(spec, indent=2) + "\n")
+                write_atomically(self._cdi_path(uid), json.dumps(spec, indent=2) + "\n")
                 self.prepared[uid] = done
                 self._save()
                 log.info("prepared ResourceClaim %s/%s: %s", namespace, name,
@@ -138,7 +139,7 @@ class DraPlugin:
 
     def _save(self) -> None:
         body = {"claims": {uid: asdict(c) for uid, c in sorted(self.prepared.items())}}
-        _write_atomically(self.checkpoint_path, json.dumps(body, indent=1) + "\n")
+        write_atomically(self.checkpoint_path, json.dumps(body, indent=1) + "\n")
 
 
 class _RegistrationServicer(registration_pb2_grpc.RegistrationServicer):
@@ -196,9 +197,3 @@ def _unlink(path: Path) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)

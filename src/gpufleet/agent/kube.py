@@ -24,6 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Protocol, Sequence
 
+from gpufleet.agent.files import write_atomically
 from gpufleet.model import Taint
 
 
@@ -229,14 +230,8 @@ class OfflineNodeApi:
         self.node.apply(patch)
         try:
             if self._state_file:
-                _write_atomically(self._state_file, json.dumps(self.node.to_json(), indent=2) + "\n")
+                write_atomically(self._state_file, json.dumps(self.node.to_json(), indent=2) + "\n")
             if self._nfd_file:
-                _write_atomically(self._nfd_file, "".join(f"{k}={v}\n" for k, v in sorted(self.node.labels.items())))
+                write_atomically(self._nfd_file, "".join(f"{k}={v}\n" for k, v in sorted(self.node.labels.items())))
         except OSError as exc:
             raise KubeAccessError(f"cannot write node state: {exc}") from exc
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
