@@ -20,9 +20,10 @@ priority), one stream per resource class, each at the rate that keeps about `--l
 class busy: the whole GPUs (whole-GPU pods, fractions and gangs), each MIG profile's slices
 (a MIG pod can use nothing else), and CPU-only pods in their share of the mix. One rate for the
 whole mix would offer the fleet's few 2g.20gb slices three times what they hold, and that
-class's queue, not the scheduler, would grow all hour. Each pod runs a duration drawn from 5 to
-25 minutes, started 2 s after binding (an image pull); finished pods are deleted, as a Job's
-TTL would. Ten pods that fit no node (16 GPUs; a GPU model no node has) wait all along.
+class's queue, not the scheduler, would grow all hour. Each pod runs a duration drawn from 2 to
+12 minutes (so that arrivals and completions are both steady by minute 12, before the memory
+window opens at minute 20), started 2 s after binding (an image pull); finished pods are
+deleted, as a Job's TTL would. Ten pods that fit no node (16 GPUs; a GPU model no node has) wait all along.
 When more than `--max-pending` pods wait, arrivals pause (a submission quota): the seconds
 paused are reported, so an overload cannot hide.
 
@@ -518,8 +519,10 @@ def main() -> int:
     p.add_argument("--load", type=float, default=0.7,
                    help="share of each resource class the arrivals keep busy (at 0.85 the whole-GPU class's backlog "
                         "grows all along: 8-GPU pods and gangs wait for whole free nodes; docs/results.md)")
-    p.add_argument("--min-duration-s", type=float, default=300)
-    p.add_argument("--max-duration-s", type=float, default=1500)
+    p.add_argument("--min-duration-s", type=float, default=120)
+    p.add_argument("--max-duration-s", type=float, default=720,
+                   help="pods run a duration drawn between the two (default 2-12 min: completions are steady "
+                        "by minute 12, before the 40-minute memory window starts)")
     p.add_argument("--max-pending", type=int, default=400, help="arrivals pause while more pods wait")
     p.add_argument("--failover-min", type=float, default=10)
     p.add_argument("--gpu-fault-min", type=float, default=3)
