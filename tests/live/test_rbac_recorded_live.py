@@ -6,10 +6,11 @@ two ServiceAccounts (`rbac_record.py`) and runs this module after every other te
 
 * every call was granted by deploy/'s RBAC, and none was refused with 403. The tests that check
   403 answers use ServiceAccounts of their own, and FaultProxy's 403 replies never reach
-  kube-apiserver, so neither shows here. One test provokes real 403s for granted calls: a
+  kube-apiserver, so neither shows here. Some tests provoke real 403s for granted calls: a
   kube-apiserver restarted in the middle of a run answers 403 for about 2 s while its RBAC
-  cache fills (docs/control-plane.md). Those, and only for calls deploy/ grants, are accepted
-  (`PROVOKED`) and listed as such in the report;
+  cache fills (docs/control-plane.md), and the admission policy gpufleet-agent-own-node
+  refuses an agent's writes to another node. Those, and only for calls deploy/ grants (so RBAC
+  did not refuse them), are accepted (`PROVOKED`) and listed as such in the report;
 * every grant was used at least once. This half means something only when the whole live suite
   ran; otherwise it is skipped, saying what was left out.
 
@@ -38,6 +39,12 @@ REPORT = ROOT / "reports" / "rbac-calls.md"
 PROVOKED = {
     "tests/live/test_api_faults_live.py::test_kube_apiserver_restarted_in_the_middle_of_a_run":
         "a restarted kube-apiserver answers 403 while its RBAC cache fills",
+    "tests/live/test_agent_own_node_live.py::test_the_agent_writes_its_own_node_and_not_another":
+        "the admission policy gpufleet-agent-own-node refuses the agent's writes to another node (403)",
+    "tests/live/test_agent_own_node_live.py::test_the_agent_publishes_and_deletes_only_its_own_nodes_slices":
+        "the admission policy gpufleet-agent-own-node refuses another node's ResourceSlices (403)",
+    "tests/live/test_agent_own_node_live.py::test_a_token_not_bound_to_a_pod_on_a_node_writes_no_node":
+        "the admission policy gpufleet-agent-own-node refuses a token bound to no node (403)",
 }
 """Tests that provoke 403s on purpose (test node id -> why): accepted there for calls deploy/ grants."""
 
