@@ -186,6 +186,27 @@ def test_a_bind_whose_reply_was_lost_is_not_sent_again_after_a_refusal(cluster: 
     assert bindings == [201], "the pod was scheduled again after a bind that may have landed"
 
 
+def test_a_bind_refused_with_500_on_every_try_reads_the_pod_then_schedules_it_again(
+        cluster: Any, proxy: Any, tmp_path: Path) -> None:
+    """Every try of one bind gets a 500 (an error reply: the server has finished with the
+    request), so the binder reads the pod to see whether it is bound (`pods` get), finds it
+    is not, and schedules it again on a later cycle."""
+    c, _ = cluster
+    p, kubeconfig = proxy
+    with Scheduler(kubeconfig, tmp_path / "scheduler.log", "--qps", "0") as s:
+        wait_for(s.ready, 30, "the scheduler")
+        p.inject(Rule("POST", r"/binding$", Reply(500), times=4))  # RetryPolicy().attempts
+        create_all(c.admin, [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "refused", "namespace": "default"},
+                              "spec": {"schedulerName": "gpufleet", "containers": [
+                                  {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}])
+        wait_for(lambda: bool(bound(gpufleet_pods(c.admin))) and p.pending() == 0, 60, "the pod bound after the 500s")
+        assert s.terminate() == 0
+    reads = [r for r in c.audit() if r.user == SCHEDULER_USER and r.resource == "pods" and r.verb == "get"
+             and r.name == "refused"]
+    assert reads and reads[0].code == 200, "the binder did not read the pod after its bind failed with 500"
+    assert [r.code for r in c.audit() if r.subresource == "binding"] == [201], "the 500s reached the server"
+
+
 def _run_through_outage(c: Cluster, nodes: list[Obj], tmp_path: Path, component: str) -> str:
     """1,000 pods; `component` killed (-9) and restarted while the scheduler binds them at the
     default 50 QPS; the scheduler's log."""
