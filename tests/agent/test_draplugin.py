@@ -61,7 +61,7 @@ def make_plugin(claims: Claims, dirs: dict[str, Path], fixture: str = "h100-sxm-
                 options: SliceOptions = SliceOptions()) -> DraPlugin:
     backend = fake.load_fixture(fixture)
     inv = inventory.inventory(backend.system(), backend.devices())
-    return DraPlugin(options.driver, NODE, claims.read, lambda: rs.device_targets(inv, options), dirs["plugins"],
+    return DraPlugin(options.driver, NODE, claims.read, rs.device_targets(inv, options), dirs["plugins"],
                      dirs["registry"], dirs["cdi"], dev_exists=lambda p: p in ("/dev/nvidiactl", "/dev/nvidia-uvm"))
 
 

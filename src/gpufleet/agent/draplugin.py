@@ -50,7 +50,7 @@ class CheckpointError(RuntimeError):
 
 
 class DraPlugin:
-    def __init__(self, driver: str, node: str, read_claim: ClaimReader, targets: Callable[[], Mapping[str, DeviceTarget]],
+    def __init__(self, driver: str, node: str, read_claim: ClaimReader, targets: Mapping[str, DeviceTarget],
                  plugins_dir: Path, registry_dir: Path, cdi_root: Path, dev_exists: Callable[[str], bool]) -> None:
         self.driver, self.node = driver, node
         self._read_claim, self._targets, self._dev_exists = read_claim, targets, dev_exists
@@ -97,12 +97,11 @@ class DraPlugin:
             claim = self._read_claim(namespace, name)
         except KubeAccessError as exc:
             raise PrepareError(f"ResourceClaim {namespace}/{name}: cannot read it: {exc}") from exc
-        targets = self._targets()
         with self._lock:
             done = draprepare.prepare(claim, namespace, name, uid, driver=self.driver, node=self.node,
-                                      targets=targets, prepared=self.prepared)
+                                      targets=self._targets, prepared=self.prepared)
             if uid not in self.prepared:
-                spec = draprepare.cdi_spec(self.driver, uid, done, targets, self._dev_exists)
+                spec = draprepare.cdi_spec(self.driver, uid, done, self._targets, self._dev_exists)
                 self.cdi_root.mkdir(parents=True, exist_ok=True)
                 write_atomically(self._cdi_path(uid), json.dumps(spec, indent=2) + "\n")
                 self.prepared[uid] = done

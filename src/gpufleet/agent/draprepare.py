@@ -59,13 +59,13 @@ def prepare(claim: Mapping[str, Any] | None, namespace: str, name: str, uid: str
         return prepared[uid]
     if claim is None:
         raise PrepareError(f"{where}: not found")
-    stored = _field(_object(claim, where), "metadata", where).get("uid")
+    stored = _field(_object(claim, where), "", "metadata", where).get("uid")
     if stored != uid:
         raise PrepareError(f"{where}: has UID {stored}, not {uid}: the claim was replaced")
-    allocation = _field(_field(claim, "status", where), "allocation", f"{where}: status")
+    allocation = _field(_field(claim, "", "status", where), "status", "allocation", where)
     if not allocation:
         raise PrepareError(f"{where}: status.allocation is empty: the claim is not allocated")
-    results = _field(allocation, "devices", f"{where}: status.allocation").get("results") or []
+    results = _field(allocation, "status.allocation", "devices", where).get("results") or []
     if not isinstance(results, list):
         raise PrepareError(f"{where}: status.allocation.devices.results is not a list")
     held = _held(prepared)
@@ -129,10 +129,11 @@ def _object(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _field(value: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
-    """`value[key]` as an object; an absent or null one is empty."""
+def _field(value: Mapping[str, Any], path: str, key: str, where: str) -> Mapping[str, Any]:
+    """`value[key]` as an object, `value` being the claim's field `path` ("" for the claim);
+    an absent or null one is empty."""
     found = value.get(key)
-    return {} if found is None else _object(found, f"{where}: {key}" if ":" not in where else f"{where}.{key}")
+    return {} if found is None else _object(found, f"{where}: {f'{path}.' if path else ''}{key}")
 
 
 def _held(prepared: Mapping[str, PreparedClaim]) -> dict[str, PreparedClaim]:

@@ -75,11 +75,28 @@ class SliceOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceTarget:
+    """What a published device is on this node, for preparing it (`agent/draprepare.py`)."""
+
+    uuid: str
+    """The GPU's UUID, or the MIG device's."""
+    minor: int
+    """The GPU's minor number (`/dev/nvidia<minor>`); a MIG device's parent's."""
+    shareable: bool = False
+    """Several claims may hold it at once (`allowMultipleAllocations`)."""
+    carve: str | None = None
+    """Set for a partitionable MIG placement: the profile an instance must be carved with first."""
+
+
+@dataclass(frozen=True, slots=True)
 class _Group:
     """One GPU's devices: they stay in one slice, so a GPU is never split across slices."""
 
     devices: tuple[dict[str, Any], ...]
+    targets: tuple[DeviceTarget, ...]
+    """What each of `devices` is, in the same order."""
     advanced: bool
+    counter_set: dict[str, Any] | None = None
 
 
 def resource_slices(inv: NodeGpuInventory, node: str, generation: int, options: SliceOptions = SliceOptions(),
@@ -90,23 +107,8 @@ def resource_slices(inv: NodeGpuInventory, node: str, generation: int, options: 
     instead of vanishing, so a claim already allocated stays visible while no new claim gets them.
     `node_uid`, when given, makes the Node the slices' owner, so they go when it goes.
     """
-    groups: list[_Group] = []
-    counter_sets: list[dict[str, Any]] = []
-    for g in inv.gpus:
-        taints = _taint(g.uuid in unhealthy)
-        if options.mig is MigMode.DYNAMIC and _partitionable(g):
-            counters = _full_counters(g)
-            counter_sets.append({"name": _counter_set(g), "counters": counters})
-            whole = {**_whole(inv, g, False, taints), "consumesCounters": [{"counterSet": _counter_set(g),
-                                                                            "counters": counters}]}
-            placements = tuple(_placement(inv, g, o, start, size, taints)
-                               for o in g.mig_options for start, size in o.placements)
-            groups.append(_Group((whole, *placements), True))
-        elif g.mig_enabled:
-            carved = tuple(_carved(inv, g, s, taints or _taint(s.uuid in unhealthy)) for s in g.mig_slices)
-            groups.append(_Group(carved, any("taints" in d for d in carved)))
-        else:
-            groups.append(_Group((_whole(inv, g, options.memory_shares, taints),), bool(taints)))
+    groups = _groups(inv, options, unhealthy)
+    counter_sets = [g.counter_set for g in groups if g.counter_set is not None]
     specs = [{"sharedCounters": counter_sets[i:i + MAX_COUNTER_SETS]}
              for i in range(0, len(counter_sets), MAX_COUNTER_SETS)]
     specs += [{"devices": devices} for devices in _pack(groups)]
@@ -122,37 +124,34 @@ def resource_slices(inv: NodeGpuInventory, node: str, generation: int, options: 
     } for i, spec in enumerate(specs))
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceTarget:
-    """What a published device is on this node, for preparing it (`agent/draprepare.py`)."""
-
-    uuid: str
-    """The GPU's UUID, or the MIG device's."""
-    minor: int
-    """The GPU's minor number (`/dev/nvidia<minor>`); a MIG device's parent's."""
-    shareable: bool = False
-    """Several claims may hold it at once (`allowMultipleAllocations`)."""
-    carve: str | None = None
-    """Set for a partitionable MIG placement: the profile an instance must be carved with first."""
-
-
 def device_targets(inv: NodeGpuInventory, options: SliceOptions = SliceOptions()) -> dict[str, DeviceTarget]:
     """Every device `resource_slices` publishes with these options, by name."""
-    targets: dict[str, DeviceTarget] = {}
+    return {d["name"]: t for g in _groups(inv, options, frozenset()) for d, t in zip(g.devices, g.targets)}
+
+
+def _groups(inv: NodeGpuInventory, options: SliceOptions, unhealthy: frozenset[str]) -> list[_Group]:
+    """Each GPU's devices as `options` publish them, with what each device is."""
+    groups: list[_Group] = []
     for g in inv.gpus:
+        taints = _taint(g.uuid in unhealthy)
         if options.mig is MigMode.DYNAMIC and _partitionable(g):
-            targets[f"gpu-{g.minor}"] = DeviceTarget(g.uuid, g.minor)
-            for o in g.mig_options:
-                for start, _ in o.placements:
-                    assert o.profile_id is not None  # _partitionable checked
-                    targets[mig_device_name(g, o.profile, o.profile_id, start)] = DeviceTarget(g.uuid, g.minor,
-                                                                                             carve=o.profile)
+            counters = _full_counters(g)
+            whole = {**_whole(inv, g, False, taints), "consumesCounters": [{"counterSet": _counter_set(g),
+                                                                            "counters": counters}]}
+            placed = [(o, start, size) for o in g.mig_options for start, size in o.placements]
+            groups.append(_Group(
+                (whole, *(_placement(inv, g, o, start, size, taints) for o, start, size in placed)),
+                (DeviceTarget(g.uuid, g.minor), *(DeviceTarget(g.uuid, g.minor, carve=o.profile)
+                                                  for o, _, _ in placed)),
+                True, {"name": _counter_set(g), "counters": counters}))
         elif g.mig_enabled:
-            for s in g.mig_slices:
-                targets[_carved_name(g, s)] = DeviceTarget(s.uuid, g.minor)
+            carved = tuple(_carved(inv, g, s, taints or _taint(s.uuid in unhealthy)) for s in g.mig_slices)
+            groups.append(_Group(carved, tuple(DeviceTarget(s.uuid, g.minor) for s in g.mig_slices),
+                                 any("taints" in d for d in carved)))
         else:
-            targets[f"gpu-{g.minor}"] = DeviceTarget(g.uuid, g.minor, shareable=options.memory_shares)
-    return targets
+            groups.append(_Group((_whole(inv, g, options.memory_shares, taints),),
+                                 (DeviceTarget(g.uuid, g.minor, shareable=options.memory_shares),), bool(taints)))
+    return groups
 
 
 def semver(version: str, what: str) -> str:

@@ -280,9 +280,8 @@ class Agent:
         self._dra_options = options
         if options is None or self.options.dra_plugins_dir is None or self.options.dra_registry_dir is None:
             return
-        inv = self.inventory
         self.dra = DraPlugin(options.driver, self.options.node_name, self._api.resource_claim,
-                             lambda: resourceslices.device_targets(inv, options), self.options.dra_plugins_dir,
+                             resourceslices.device_targets(self.inventory, options), self.options.dra_plugins_dir,
                              self.options.dra_registry_dir, self.options.cdi_root, self._dev_exists)
         self.dra.start()
 
