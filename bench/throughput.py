@@ -28,7 +28,7 @@ import cluster_gen  # noqa: E402
 import naive  # noqa: E402
 
 from gpufleet.core.cycle import schedule  # noqa: E402
-from gpufleet.core.queued import QueueContext  # noqa: E402
+from gpufleet.core.context import QueueContext  # noqa: E402
 from gpufleet.framework.queueing import QueueingConfig  # noqa: E402
 from gpufleet.framework.plugins.fragmentation import typical_tasks  # noqa: E402
 from gpufleet.framework.profile import ProfileSettings, ScoreRef, build_profile  # noqa: E402

@@ -146,3 +146,98 @@ FAKES: list[tuple[str, str, str, bool, list[str]]] = [
 def test_the_checker_catches_violations_in_fake_modules(module: str, source: str, is_package: bool,
                                                         expected: list[str]) -> None:
     assert violations(module, source, is_package) == expected
+
+
+# -- no import circles ----------------------------------------------------------------------
+# A module that imports one that imports it back (directly or around a longer circle) shares
+# its insides with it; the core's transactional type (`core.statement`) exists so that
+# scheduling, queues and preemption need no such circle. `from package import module` is an
+# edge to the module, not to the package's `__init__`.
+
+
+def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """Module -> the gpufleet modules it imports, for `sources` (module -> (source, is_package))."""
+    graph: dict[str, set[str]] = {}
+    for name, (source, is_package) in sources.items():
+        deps: set[str] = set()
+        here = name.split(".") if is_package else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(source)):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = (".".join(here[: len(here) - (node.level - 1)] + ([node.module] if node.module else []))
+                        if node.level else node.module or "")
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in sources else base for a in node.names]
+            for target in targets:
+                while target and target not in sources:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    deps.add(target)
+        graph[name] = deps
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of two or more modules that reach each other by imports (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    sources = {name: (path.read_text(encoding="utf-8"), path.name == "__init__.py") for name, path in _modules()}
+    graph = import_graph(sources)
+    assert {"gpufleet.core.statement", "gpufleet.core.preemption"} <= set(graph)
+    assert circles(graph) == []
+
+
+CIRCLE_FAKES: list[tuple[str, dict[str, tuple[str, bool]], list[list[str]]]] = [
+    ("two modules importing each other, one under TYPE_CHECKING",
+     {"gpufleet.core.a": ("from gpufleet.core.b import B\n", False),
+      "gpufleet.core.b": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gpufleet.core.a import A\n",
+                          False)},
+     [["gpufleet.core.a", "gpufleet.core.b"]]),
+    ("a circle of three through an import inside a function",
+     {"gpufleet.core.a": ("from gpufleet.core import b\n", False),
+      "gpufleet.core.b": ("import gpufleet.core.c\n", False),
+      "gpufleet.core.c": ("def f():\n    from .a import x\n", False),
+      "gpufleet.core": ("", True)},
+     [["gpufleet.core.a", "gpufleet.core.b", "gpufleet.core.c"]]),
+    ("a package __init__ re-exporting its modules is no circle",
+     {"gpufleet.model": ("from gpufleet.model.pod import PodSpec\n", True),
+      "gpufleet.model.pod": ("from gpufleet.model import mig\n", False),
+      "gpufleet.model.mig": ("", False)},
+     []),
+]
+
+
+@pytest.mark.parametrize(("sources", "expected"), [c[1:] for c in CIRCLE_FAKES], ids=[c[0] for c in CIRCLE_FAKES])
+def test_the_circle_finder_catches_circles_in_fake_modules(sources: dict[str, tuple[str, bool]],
+                                                          expected: list[list[str]]) -> None:
+    assert circles(import_graph(sources)) == expected

@@ -22,7 +22,7 @@ from gpufleet.autoscale import check as checking
 from gpufleet.autoscale.check import Check, Outcome, node_local
 from gpufleet.core import faults
 from gpufleet.core.cycle import plain_without_queues, schedule
-from gpufleet.core.queued import QueueContext
+from gpufleet.core.context import QueueContext
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.cycle_state import CycleState
 from gpufleet.framework.profile import Profile, ProfileSettings, ScoreRef, build_profile

@@ -138,7 +138,7 @@ def test_a_rolled_back_gang_is_unreserved_on_its_nodes_and_counted_from_zero_whe
     """The gang does not fit beside the low pods (2 of 3 placed, rolled back), then fits with them
     evicted: unreserve undoes each tentative member on its node, with the cycle's view, and the
     members counted for permit start from zero again."""
-    from gpufleet.core.queued import QueueContext
+    from gpufleet.core.context import QueueContext
     from gpufleet.framework.queueing import QueueingConfig
     from gpufleet.model import PodGroup, QueueTree
 

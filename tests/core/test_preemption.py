@@ -13,7 +13,7 @@ from typing import Sequence
 import pytest
 
 from gpufleet.core.cycle import schedule
-from gpufleet.core.queued import QueueContext
+from gpufleet.core.context import QueueContext
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.profile import ProfileSettings, build_profile
 from gpufleet.framework.queueing import QueueingConfig

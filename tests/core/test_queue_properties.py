@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from gpufleet.core.cycle import schedule
 from gpufleet.core.fairshare import fair_shares
-from gpufleet.core.queued import QueueContext, add_demand
+from gpufleet.core.context import QueueContext
+from gpufleet.core.queued import add_demand
 from gpufleet.core.quota import GPU_DIM, QueueBook, placement_gpu_milli
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.profile import ProfileSettings, build_profile

@@ -65,7 +65,8 @@ import numpy.typing as npt
 
 from gpufleet.autoscale.template import NodeTemplate
 from gpufleet.core import ordering
-from gpufleet.core.cycle import constraint_key, plain_without_queues, schedule
+from gpufleet.core.cycle import plain_without_queues, schedule
+from gpufleet.core.statement import constraint_key
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.cycle_state import CycleState
 from gpufleet.framework.interfaces import FilterPlugin, ReservePlugin, View

@@ -26,7 +26,7 @@ from typing import Mapping, Sequence
 
 from gpufleet.autoscale.fit import BIG, Demand, Room, no_template_reason, static_reason
 from gpufleet.autoscale.template import NodeTemplate
-from gpufleet.core.cycle import constraint_key
+from gpufleet.core.statement import constraint_key
 from gpufleet.model import GpuKind, NodeInfo, PodSpec, PodUid
 
 

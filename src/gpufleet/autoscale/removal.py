@@ -20,7 +20,8 @@ from typing import Iterator, Mapping, Sequence
 
 from gpufleet.autoscale import check as checking
 from gpufleet.autoscale.template import TEMPLATE_LABEL, NodeTemplate
-from gpufleet.core.cycle import constraint_key, schedule
+from gpufleet.core.cycle import schedule
+from gpufleet.core.statement import constraint_key
 from gpufleet.framework.profile import Profile
 from gpufleet.model import (GPU_MILLI, NO_GPU, ClusterSnapshot, GpuRequest, NodeName, Placement, PodSpec, PodUid,
                             Toleration, TolerationOperator, gpu_fraction, mig_slices, whole_gpus)

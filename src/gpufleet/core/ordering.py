@@ -8,6 +8,7 @@ key and interleave queues in `core.queued`.
 
 from __future__ import annotations
 
+import bisect
 from typing import Callable, Sequence
 
 from gpufleet.model import PodSpec
@@ -19,6 +20,11 @@ def by_priority(p: PodSpec) -> tuple[object, ...]:
 
 def by_arrival(p: PodSpec) -> tuple[object, ...]:
     return (p.created_s, p.uid)
+
+
+def las_level(thresholds: Sequence[float], attained: float) -> int:
+    """Tiresias' discretised attained service: 0 until the first threshold, then 1, ..."""
+    return bisect.bisect_right(list(thresholds), attained)
 
 
 def order(pending: Sequence[PodSpec], key: Callable[[PodSpec], tuple[object, ...]] = by_priority

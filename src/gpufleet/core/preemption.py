@@ -33,19 +33,19 @@ Everything placed here is `nominated`: it starts once its victims are gone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from gpufleet.core.context import QueueContext
+from gpufleet.core.ordering import las_level
+from gpufleet.core.placing import Placer
+from gpufleet.core.queue_admission import node_mask, sum_vectors
 from gpufleet.core.quota import F64, GPU_DIM, QueueBook
 from gpufleet.core.result import Eviction
+from gpufleet.core.statement import Statement, constraint_key
 from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.model import Placement, PodSpec, PodUid
-
-if TYPE_CHECKING:
-    from gpufleet.core.cycle import _Cycle
-    from gpufleet.core.queued import QueueContext
 
 MAX_NODES = 8
 _EPS = 1e-6
@@ -54,23 +54,18 @@ HOUR_S = 3600.0
 VictimUnit = tuple[Placement, ...]
 
 
-@dataclass(slots=True)
-class _Journal:
-    placed: list[tuple[PodSpec, Placement]]
-    evicted: list[tuple[Placement, str]]
-
-
 class _Preemptor:
-    def __init__(self, cycle: _Cycle, book: QueueBook, fair: F64, ctx: QueueContext, cfg: QueueingConfig,
+    def __init__(self, placer: Placer, book: QueueBook, fair: F64, ctx: QueueContext, cfg: QueueingConfig,
                  held: np.ndarray) -> None:
-        self.cycle, self.book, self.fair, self.ctx, self.cfg, self.held = cycle, book, fair, ctx, cfg, held
-        now = cycle.state.now
+        self.placer, self.book, self.fair, self.ctx, self.cfg, self.held = placer, book, fair, ctx, cfg, held
+        self.statement: Statement = placer.statement
+        now = self.statement.state.now
         self.evicted: set[PodUid] = set()
         self.hopeless: dict[tuple[object, ...], int] = {}
         """Units that found no room, by every member's shape, queue and priority, with the cycle's epoch then."""
         self.by_queue: dict[int, list[Placement]] = {}
         self.groups: dict[str, list[Placement]] = {}
-        for p in cycle.snapshot.placements.values():
+        for p in self.statement.snapshot.placements.values():
             if p.pod_group is not None:
                 self.groups.setdefault(p.pod_group, []).append(p)
             if not self._protected(p, now):
@@ -89,7 +84,6 @@ class _Preemptor:
     # -- who may be evicted for `pod` -------------------------------------------------------
     def candidates(self, pod: PodSpec, q: int, reclaim_dims: list[int] | None) -> list[VictimUnit]:
         """Victims for `pod` of queue q; `reclaim_dims`: the dimensions q may reclaim in (None: it may not)."""
-        from gpufleet.core.queued import las_level
         cfg, book = self.cfg, self.book
         found: list[Placement] = []
         if cfg.preemption and cfg.order == "las":
@@ -135,7 +129,7 @@ class _Preemptor:
                 seen.add(p.pod)
                 continue
             members = self._running(p.pod_group)
-            group = self.cycle.snapshot.pod_groups.get(p.pod_group)
+            group = self.statement.snapshot.pod_groups.get(p.pod_group)
             left = extras.setdefault(p.pod_group, len(members) - group.min_member if group is not None else 0)
             if left > 0:
                 extras[p.pod_group] = left - 1
@@ -156,7 +150,7 @@ class _Preemptor:
         out = list(victims)
         for name in sorted({p.pod_group for unit in victims for p in unit if p.pod_group is not None}):
             members = self._running(name)
-            group = self.cycle.snapshot.pod_groups.get(name)
+            group = self.statement.snapshot.pod_groups.get(name)
             kept = tuple(m for m in members if m.pod not in chosen)
             if kept and len(kept) < (group.min_member if group is not None else len(members)):
                 out.append(kept)
@@ -165,21 +159,21 @@ class _Preemptor:
 
     # -- where, and whom ---------------------------------------------------------------------
     def choose(self, pod: PodSpec, q: int, units: list[VictimUnit]) -> tuple[int, list[VictimUnit]] | None:
-        cycle = self.cycle
-        index = cycle.view.cluster.index
-        usage = cycle.view.usage.copy()
-        count = np.zeros(cycle.view.cluster.n_nodes, dtype=np.int64)
+        statement = self.statement
+        index = statement.view.cluster.index
+        usage = statement.view.usage.copy()
+        count = np.zeros(statement.view.cluster.n_nodes, dtype=np.int64)
         pairs = [(p, index[p.node]) for unit in units for p in unit]
         usage.place_all(pairs, sign=-1)
         for _, i in pairs:
             count[i] += 1
-        feasible = cycle.feasible_under(pod, usage)
+        feasible = statement.feasible_under(pod, usage)
         feasible = feasible[count[feasible] > 0]
         if len(feasible) == 0:
             return None
         ranked = feasible[np.lexsort((feasible, count[feasible]))][:MAX_NODES]
         best: tuple[tuple[float, ...], int, list[VictimUnit]] | None = None
-        now = cycle.state.now
+        now = statement.state.now
         for node in ranked.tolist():
             here = [u for u in units if any(index[p.node] == node for p in u)]
             victims = self._reprieve(pod, q, node, here)
@@ -198,18 +192,18 @@ class _Preemptor:
         return float(p.priority) if self.book.queue_of(p.queue) == q else float("-inf")
 
     def _reprieve(self, pod: PodSpec, q: int, node: int, here: list[VictimUnit]) -> list[VictimUnit] | None:
-        cycle = self.cycle
-        index = cycle.view.cluster.index
-        usage = cycle.view.usage.copy()
+        statement = self.statement
+        index = statement.view.cluster.index
+        usage = statement.view.usage.copy()
         usage.place_all(((p, index[p.node]) for unit in here for p in unit), sign=-1)
-        if not cycle.fits(pod, node, usage):
+        if not statement.fits(pod, node, usage):
             return None
         important_first = sorted(here, key=lambda u: (self._is_extra(u), -max(self._rank(p, q) for p in u),
                                                       min(p.started_s for p in u)))
         victims: list[VictimUnit] = []
         for unit in important_first:
             usage.place_all((p, index[p.node]) for p in unit)
-            if not cycle.fits(pod, node, usage):
+            if not statement.fits(pod, node, usage):
                 usage.place_all(((p, index[p.node]) for p in unit), sign=-1)
                 victims.append(unit)
         return victims
@@ -218,27 +212,24 @@ class _Preemptor:
         return len(unit) == 1 and unit[0].pod_group is not None
 
     # -- carrying out, and undoing ----------------------------------------------------------
-    def evict(self, unit: VictimUnit, why: str, journal: _Journal) -> None:
+    def evict(self, unit: VictimUnit) -> None:
         for p in unit:
-            self.cycle.view.usage.place(p, self.cycle.view.cluster.index[p.node], sign=-1)
+            self.statement.evict(p)
             self.book.add(self.book.queue_of(p.queue), self.book.placement_vector(p), sign=-1)
             self.evicted.add(p.pod)
-            journal.evicted.append((p, why))
-        self.cycle.epoch += 1
 
-    def undo(self, journal: _Journal) -> None:
-        cycle = self.cycle
-        for pod, placement in reversed(journal.placed):
-            cycle._rollback(pod, placement)
-            self.book.add(self.book.queue_of(pod.queue), self.book.placement_vector(placement), sign=-1)
-        for p, _ in reversed(journal.evicted):
-            cycle.view.usage.place(p, cycle.view.cluster.index[p.node])
-            self.book.add(self.book.queue_of(p.queue), self.book.placement_vector(p))
-            self.evicted.discard(p.pod)
+    def undo(self, mark: int) -> None:
+        """Roll the statement back to `mark`, and the queue usage and the victims chosen with it."""
+        for change in self.statement.rollback(mark):
+            p = change.placement
+            if change.is_eviction:
+                self.book.add(self.book.queue_of(p.queue), self.book.placement_vector(p))
+                self.evicted.discard(p.pod)
+            else:
+                self.book.add(self.book.queue_of(p.queue), self.book.placement_vector(p), sign=-1)
 
     def _las_victim(self, pod: PodSpec, victim: Placement) -> bool:
         """Whether `victim` may go for `pod` by least attained service (a higher level)."""
-        from gpufleet.core.queued import las_level
         if self.cfg.order != "las" or not self.cfg.preemption:
             return False
         levels, attained = self.cfg.las_thresholds_gpu_seconds, self.ctx.attained_gpu_s
@@ -257,37 +248,36 @@ class _Preemptor:
         return f"preempted by pod {pod.key} (priority {pod.priority} > {victim.priority}) in queue {self.book.names[q]}"
 
 
-def run(cycle: _Cycle, book: QueueBook, fair: F64, ctx: QueueContext, cfg: QueueingConfig, held: np.ndarray,
+def run(placer: Placer, book: QueueBook, fair: F64, ctx: QueueContext, cfg: QueueingConfig, held: np.ndarray,
         units: Sequence[list[PodSpec]]) -> None:
     """Try to make room for each of `units` (pending units, in scheduling order)."""
     if not units:
         return
-    preemptor = _Preemptor(cycle, book, fair, ctx, cfg, held)
+    preemptor = _Preemptor(placer, book, fair, ctx, cfg, held)
     for unit in units:
         _try_unit(preemptor, unit)
 
 
 def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
-    from gpufleet.core.cycle import constraint_key
-    from gpufleet.core.queued import members_needed, node_mask, sum_vectors
-    cycle, book = pre.cycle, pre.book
+    placer, statement, book = pre.placer, pre.statement, pre.book
     q = book.queue_of(unit[0].queue)
-    if not book.is_leaf(q) or any(p.uid not in cycle.unschedulable for p in unit):
+    if not book.is_leaf(q) or any(p.uid not in placer.unschedulable for p in unit):
         return
-    need = members_needed(cycle, unit)
-    group = cycle.snapshot.pod_groups.get(unit[0].pod_group or "")
+    need = placer.members_needed(unit)
+    group = statement.snapshot.pod_groups.get(unit[0].pod_group or "")
     if unit[0].pod_group is not None and group is not None and group.max_member is not None:
-        unit = unit[:max(group.max_member - cycle.running_members(unit[0].pod_group), 0)]
+        unit = unit[:max(group.max_member - placer.running_members(unit[0].pod_group), 0)]
         if not unit:
             return
     key = (tuple(constraint_key(p) for p in unit), need, q, unit[0].priority,
            pre.ctx.attained_gpu_s.get(unit[0].uid, 0.0) if pre.cfg.order == "las" else 0.0)
-    if pre.hopeless.get(key) == cycle.epoch:
+    if pre.hopeless.get(key) == statement.epoch:
         return  # an identical unit found no room this cycle, and nothing was evicted since
     if book.over_limit(q, sum_vectors(book, unit[:max(need, 1)])) is not None:
         return
-    journal = _Journal([], [])
-    placed: list[Placement] = []
+    mark = statement.checkpoint()
+    placed: list[tuple[PodSpec, Placement]] = []
+    evicted: list[tuple[Placement, str]] = []
     reclaimed = False
     for i, pod in enumerate(unit):
         if len(placed) + (len(unit) - i) < need:
@@ -296,8 +286,8 @@ def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
             continue  # an extra member of an elastic gang its queue's limits leave no room for
         if reclaimed and pre.reclaim_dims(q, book.pod_vector(pod)) is None:
             continue  # what was reclaimed goes no further than the queue's fair share
-        cycle.mask, cycle.mask_key = node_mask(cycle, book, q, pod, pre.held)
-        fitted = cycle.place(pod)
+        statement.restrict(*node_mask(statement.view.cluster, book, q, pod, pre.held))
+        fitted = statement.place(pod)
         if not isinstance(fitted, Placement):
             units = pre.candidates(pod, q, pre.reclaim_dims(q, book.pod_vector(pod)))
             choice = pre.choose(pod, q, units) if units else None
@@ -305,18 +295,18 @@ def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
                 continue
             node, victims = choice
             for victim in victims:
-                pre.evict(victim, pre.why(pod, q, victim[0]), journal)
+                pre.evict(victim)
+                why = pre.why(pod, q, victim[0])
+                evicted.extend((p, why) for p in victim)
                 reclaimed = reclaimed or pre.reclaims(pod, q, victim[0])
-            fitted = cycle._placement(pod, node)
-            cycle._commit(pod, fitted, node)
-        journal.placed.append((pod, fitted))
+            fitted = statement.place_on(pod, node)
         book.add(q, book.placement_vector(fitted))
-        placed.append(fitted)
-    if len(placed) < max(need, 1) or not journal.evicted:
-        pre.undo(journal)
-        pre.hopeless[key] = cycle.epoch
+        placed.append((pod, fitted))
+    if len(placed) < max(need, 1) or not evicted:
+        pre.undo(mark)
+        pre.hopeless[key] = statement.epoch
         return
-    for pod, placement in journal.placed:
-        cycle.unschedulable.pop(pod.uid, None)
-        cycle.nominated.append(placement)
-    cycle.evictions.extend(Eviction(p.pod, why, unit[0].uid) for p, why in journal.evicted)
+    for pod, placement in placed:
+        placer.unschedulable.pop(pod.uid, None)
+        placer.nominated.append(placement)
+    placer.evictions.extend(Eviction(p.pod, why, unit[0].uid) for p, why in evicted)

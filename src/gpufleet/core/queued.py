@@ -26,49 +26,29 @@
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from gpufleet.core import ordering, preemption
+from gpufleet.core.context import QueueContext
 from gpufleet.core.fairshare import fair_shares
+from gpufleet.core.placing import Placer
+from gpufleet.core.queue_admission import QueueAdmission, sum_vectors
 from gpufleet.core.quota import F64, QueueBook, pod_gpu_milli
 from gpufleet.framework.queueing import QueueingConfig
-from gpufleet.framework.status import Code, Status
-from gpufleet.model import GpuKind, Placement, PodSpec, PodUid, QueueTree, Usage
-
-if TYPE_CHECKING:
-    from gpufleet.core.cycle import _Cycle
+from gpufleet.framework.status import Status
+from gpufleet.model import GpuKind, PodSpec, Usage
 
 Unit = list[PodSpec]
 
 
-def _empty() -> Mapping[str, float]:
-    return MappingProxyType({})
-
-
-@dataclass(frozen=True, slots=True)
-class QueueContext:
-    """What the driver knows across cycles and the core needs: queues and history."""
-
-    tree: QueueTree = field(default_factory=lambda: QueueTree.build(()))
-    usage_share: Mapping[str, float] = field(default_factory=_empty)
-    """Per leaf queue: dominant share of the cluster used, decayed with the driver's half-life
-    (fair order only; missing = use current allocation)."""
-    attained_gpu_s: Mapping[PodUid, float] = field(default_factory=lambda: MappingProxyType({}))
-    """Per pod: GPU-seconds its job has received so far (las order)."""
-    evicted_at: Mapping[PodUid, tuple[float, ...]] = field(default_factory=lambda: MappingProxyType({}))
-    """Per pod: when it was evicted before (the per-hour preemption cap)."""
-
-
-def run(cycle: _Cycle, pending: Sequence[PodSpec], cfg: QueueingConfig, ctx: QueueContext) -> None:
-    book = QueueBook(ctx.tree, cycle.view.cluster)
-    book.load(cycle.snapshot.placements.values())
-    now = cycle.state.now
+def run(placer: Placer, pending: Sequence[PodSpec], cfg: QueueingConfig, ctx: QueueContext) -> None:
+    statement = placer.statement
+    book = QueueBook(ctx.tree, statement.view.cluster)
+    book.load(statement.snapshot.placements.values())
+    now = statement.state.now
     key = _unit_key(cfg, ctx)
     units = ordering.order(pending, key)
     want = book.alloc.copy()
@@ -79,17 +59,17 @@ def run(cycle: _Cycle, pending: Sequence[PodSpec], cfg: QueueingConfig, ctx: Que
     head = min(over, key=lambda u: (u[0].created_s, u[0].uid)) if over else None
     starving = [head] if head is not None else []
     rest = [u for u in units if u is not head]
-    held = np.zeros(cycle.view.cluster.n_nodes, dtype=np.bool_)
+    held = np.zeros(statement.view.cluster.n_nodes, dtype=np.bool_)
     failed: list[Unit] = []
     for unit, is_starving in _sequence(cfg, book, ctx, starving, rest):
-        if not _place_unit(cycle, book, unit, held):
+        if not _place_unit(placer, book, unit, held):
             failed.append(unit)
-            status = cycle.unschedulable.get(unit[0].uid)
+            status = placer.unschedulable.get(unit[0].uid)
             if is_starving and not held.any() and (status is None or status.plugin not in ("Queue", "QueueLimit")):
-                _hold(cycle, unit, held)  # holding nodes cannot help a unit its queue does not admit
+                _hold(placer, unit, held)  # holding nodes cannot help a unit its queue does not admit
     if cfg.preempts:
-        preemption.run(cycle, book, fair, ctx, cfg, held, failed[:cfg.preemption_attempts_per_cycle])
-    cycle.mask, cycle.mask_key = None, None
+        preemption.run(placer, book, fair, ctx, cfg, held, failed[:cfg.preemption_attempts_per_cycle])
+    statement.restrict(None)
 
 
 def _sequence(cfg: QueueingConfig, book: QueueBook, ctx: QueueContext, starving: list[Unit], rest: list[Unit]
@@ -126,96 +106,34 @@ def _unit_key(cfg: QueueingConfig, ctx: QueueContext) -> Callable[[PodSpec], tup
         levels = cfg.las_thresholds_gpu_seconds
 
         def las(p: PodSpec) -> tuple[object, ...]:
-            return (las_level(levels, ctx.attained_gpu_s.get(p.uid, 0.0)), p.created_s, p.uid)
+            return (ordering.las_level(levels, ctx.attained_gpu_s.get(p.uid, 0.0)), p.created_s, p.uid)
         return las
     return ordering.by_priority
 
 
-def las_level(thresholds: Sequence[float], attained: float) -> int:
-    """Tiresias' discretised attained service: 0 until the first threshold, then 1, ..."""
-    return bisect.bisect_right(list(thresholds), attained)
-
-
-def _place_unit(cycle: _Cycle, book: QueueBook, unit: Unit, held: np.ndarray) -> bool:
+def _place_unit(placer: Placer, book: QueueBook, unit: Unit, held: np.ndarray) -> bool:
     q = book.queue_of(unit[0].queue)
     if not book.is_leaf(q):
-        _fail(cycle, unit, f"queue {book.names[q]} has child queues: pods must name a leaf queue", "Queue")
+        placer.fail(unit, f"queue {book.names[q]} has child queues: pods must name a leaf queue", "Queue")
         return False
     if book.limited[q]:
-        why = book.over_limit(q, sum_vectors(book, unit[:members_needed(cycle, unit)]))
+        why = book.over_limit(q, sum_vectors(book, unit[:placer.members_needed(unit)]))
         if why is not None:
-            _fail(cycle, unit, why, "QueueLimit")
+            placer.fail(unit, why, "QueueLimit")
             return False
-    return bool(cycle.run_unit(unit, QueueAdmission(cycle, book, q, held)))
+    return bool(placer.run_unit(unit, QueueAdmission(placer.statement, book, q, held)))
 
 
-def members_needed(cycle: _Cycle, unit: Unit) -> int:
-    """How many of the unit's pods must be placed together: all, or what a gang lacks of minMember."""
-    group = cycle.snapshot.pod_groups.get(unit[0].pod_group or "")
-    if unit[0].pod_group is None or group is None:
-        return len(unit)
-    return max(group.min_member - cycle.running_members(unit[0].pod_group), 0)
-
-
-def sum_vectors(book: QueueBook, pods: Iterable[PodSpec]) -> F64:
-    return sum((book.pod_vector(p) for p in pods), np.zeros(len(book.dims)))
-
-
-class QueueAdmission:
-    """Counts every pod of a unit against its queue's limits as it is placed, tentative gang
-    members included, and masks the nodes of GPU models a per-model limit no longer allows.
-    A gang takes extra members (beyond minMember) only while they stay within the limits."""
-
-    def __init__(self, cycle: _Cycle, book: QueueBook, q: int, held: np.ndarray) -> None:
-        self.cycle, self.book, self.q, self.held = cycle, book, q, held
-
-    def admit(self, pod: PodSpec) -> Status | None:
-        why = self.book.over_limit(self.q, self.book.pod_vector(pod))
-        if why is not None:
-            return Status(Code.UNSCHEDULABLE, (why,), "QueueLimit")
-        self.cycle.mask, self.cycle.mask_key = node_mask(self.cycle, self.book, self.q, pod, self.held)
-        return None
-
-    def placed(self, placement: Placement) -> None:
-        self.book.add(self.q, self.book.placement_vector(placement))
-
-    def removed(self, placement: Placement) -> None:
-        self.book.add(self.q, self.book.placement_vector(placement), sign=-1)
-
-    def explain(self, pod: PodSpec, status: Status) -> Status:
-        if not self.book.model_limited[self.q] or pod.gpu.kind is GpuKind.NONE:
-            return status
-        reached = self.book.model_limits_reached(self.q, pod_gpu_milli(pod))
-        return Status(status.code, status.reasons + tuple(reached), status.plugin) if reached else status
-
-
-def node_mask(cycle: _Cycle, book: QueueBook, q: int, pod: PodSpec, held: np.ndarray
-               ) -> tuple[np.ndarray | None, object]:
-    mask: np.ndarray | None = ~held if held.any() else None
-    key: object = ("held", int(held.sum())) if mask is not None else None
-    if book.model_limited[q] and pod.gpu.kind is not GpuKind.NONE:
-        ok = book.allowed_models(q, pod_gpu_milli(pod))
-        model_id = cycle.view.cluster.model_id
-        by_model = np.where(model_id >= 0, ok[np.maximum(model_id, 0)], True)
-        mask = by_model if mask is None else mask & by_model
-        key = (key, book.names[q], tuple(ok.tolist()))
-    return mask, key
-
-
-def _fail(cycle: _Cycle, unit: Unit, why: str, plugin: str) -> None:
-    for pod in unit:
-        cycle.unschedulable[pod.uid] = Status(Code.UNSCHEDULABLE, (why,), plugin)
-
-
-def _hold(cycle: _Cycle, unit: Unit, held: np.ndarray) -> None:
+def _hold(placer: Placer, unit: Unit, held: np.ndarray) -> None:
     """Hold for `unit` the nodes with the most free GPU capacity that could host its members."""
-    cluster = cycle.view.cluster
+    statement = placer.statement
+    cluster = statement.view.cluster
     pod = unit[0]
     empty = Usage(cluster)
-    candidates = cycle.feasible_under(pod, empty)
+    candidates = statement.feasible_under(pod, empty)
     if len(candidates) == 0:
         return
-    free = cycle.view.usage.free_milli_total[candidates]
+    free = statement.view.usage.free_milli_total[candidates]
     ranked = candidates[np.lexsort((candidates, -free))]
     per_node = _members_per_node(pod, cluster.gpu_count[ranked])
     need = len(unit)
@@ -227,9 +145,9 @@ def _hold(cycle: _Cycle, unit: Unit, held: np.ndarray) -> None:
     note = (f"waiting longer than the starvation bound: {len(chosen)} node(s) held for it "
             f"until it fits ({names})")
     for member in unit:
-        status = cycle.unschedulable.get(member.uid)
+        status = placer.unschedulable.get(member.uid)
         if status is not None:
-            cycle.unschedulable[member.uid] = Status(status.code, status.reasons + (note,), status.plugin)
+            placer.unschedulable[member.uid] = Status(status.code, status.reasons + (note,), status.plugin)
 
 
 def _members_per_node(pod: PodSpec, gpu_count: np.ndarray) -> np.ndarray:

@@ -29,7 +29,7 @@ from typing import Sequence
 from gpufleet.core.fairshare import fair_shares
 from gpufleet.core.queued import add_demand
 from gpufleet.core.quota import F64, QueueBook
-from gpufleet.core.queued import QueueContext
+from gpufleet.core.context import QueueContext
 from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.model import ClusterSnapshot, ModelError, PodSpec, PodUid, Queue, QueueTree
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from gpufleet.core.cycle import schedule
 from gpufleet.core.faults import DeviceFault, Fault, NodeFault, describe, quarantine, restore, victims
-from gpufleet.core.queued import QueueContext
+from gpufleet.core.context import QueueContext
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.profile import Profile
 from gpufleet.framework.queueing import QueueingConfig

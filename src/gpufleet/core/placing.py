@@ -1,0 +1,134 @@
+"""`Placer`: places units of work (a pod, or a gang) through a `Statement` and records what
+became of every pod: bound, nominated (after evictions), or unschedulable with a reason.
+
+A gang's members are placed tentatively, each counting the members placed before it; if
+fewer than minMember (counting members already running) fit, the statement rolls every
+tentative placement back and each member says why.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gpufleet.core.result import CycleResult, Eviction
+from gpufleet.core.statement import Statement
+from gpufleet.framework.status import Code, Status
+from gpufleet.model import Placement, PodSpec, PodUid
+
+
+class Admission(Protocol):
+    """What the layer above says about each pod of a unit as it is placed (`core.queued`: queue limits)."""
+
+    def admit(self, pod: PodSpec) -> Status | None:
+        """None to try `pod` (the admission may restrict the statement's nodes for it), else why not."""
+
+    def placed(self, placement: Placement) -> None:
+        """`placement` was made, tentatively for a gang member."""
+
+    def removed(self, placement: Placement) -> None:
+        """A tentative `placement` was rolled back."""
+
+    def explain(self, pod: PodSpec, status: Status) -> Status:
+        """`status` (why `pod` found no node) with the admission's own part in it added."""
+
+
+class Placer:
+    """One cycle's units, placed through `statement`, and their outcome."""
+
+    def __init__(self, statement: Statement) -> None:
+        self.statement = statement
+        self.binds: list[Placement] = []
+        self.nominated: list[Placement] = []
+        """Placements that start once `evictions` are carried out."""
+        self.evictions: list[Eviction] = []
+        self.unschedulable: dict[PodUid, Status] = {}
+        self._running_groups: dict[str, int] | None = None
+
+    def result(self) -> CycleResult:
+        return CycleResult(tuple(self.binds), tuple(self.evictions), dict(self.unschedulable), tuple(self.nominated))
+
+    def running_members(self, group_key: str) -> int:
+        """Members of a pod group running before this cycle (counted once per cycle)."""
+        if self._running_groups is None:
+            counts: dict[str, int] = {}
+            for p in self.statement.snapshot.placements.values():
+                if p.pod_group is not None:
+                    counts[p.pod_group] = counts.get(p.pod_group, 0) + 1
+            self._running_groups = counts
+        return self._running_groups.get(group_key, 0)
+
+    def members_needed(self, unit: list[PodSpec]) -> int:
+        """How many of the unit's pods must be placed together: all, or what a gang lacks of minMember."""
+        group = self.statement.snapshot.pod_groups.get(unit[0].pod_group or "")
+        if unit[0].pod_group is None or group is None:
+            return len(unit)
+        return max(group.min_member - self.running_members(unit[0].pod_group), 0)
+
+    def fail(self, unit: list[PodSpec], why: str, plugin: str) -> None:
+        """Every pod of `unit` stays pending for `why`."""
+        for pod in unit:
+            self.unschedulable[pod.uid] = Status(Code.UNSCHEDULABLE, (why,), plugin)
+
+    def run_unit(self, unit: list[PodSpec], admission: Admission | None = None) -> list[Placement]:
+        if unit[0].pod_group is None:
+            return self.run_single(unit[0], admission)
+        return self.run_gang(unit, admission)
+
+    def _try(self, pod: PodSpec, admission: Admission | None) -> Placement | Status:
+        denied = admission.admit(pod) if admission is not None else None
+        if denied is not None:
+            return denied
+        result = self.statement.place(pod)
+        if admission is not None:
+            if isinstance(result, Placement):
+                admission.placed(result)
+            else:
+                result = admission.explain(pod, result)
+        return result
+
+    def run_single(self, pod: PodSpec, admission: Admission | None = None) -> list[Placement]:
+        result = self._try(pod, admission)
+        if isinstance(result, Placement):
+            self.binds.append(result)
+            return [result]
+        self.unschedulable[pod.uid] = result
+        return []
+
+    def run_gang(self, members: list[PodSpec], admission: Admission | None = None) -> list[Placement]:
+        """Each member is admitted and placed in turn, counting the members placed before it,
+        so an elastic gang takes extra members only while its admission (queue limits) allows."""
+        group_key = members[0].pod_group or ""
+        group = self.statement.snapshot.pod_groups.get(group_key)
+        running = self.running_members(group_key)
+        # Without a PodGroup object the gang is the pending members themselves: all of them.
+        need = group.min_member - running if group else len(members)
+        placed: list[Placement] = []
+        failures: dict[PodUid, Status] = {}
+        if group is not None and group.max_member is not None:
+            room = max(group.max_member - running, 0)
+            for pod in members[room:]:
+                failures[pod.uid] = Status(Code.UNSCHEDULABLE, (
+                    f"pod group {group_key} already has maxMember {group.max_member} pods running or placed",), "Gang")
+            members = members[:room]
+        mark = self.statement.checkpoint()
+        for pod in members:
+            result = self._try(pod, admission)
+            if isinstance(result, Placement):
+                placed.append(result)
+            else:
+                failures[pod.uid] = result
+        if len(placed) >= need:
+            self.binds.extend(placed)
+            self.unschedulable.update(failures)
+            return placed
+        for change in self.statement.rollback(mark):
+            if admission is not None:
+                admission.removed(change.placement)
+        why = (f"pod group {group_key}: only {len(placed) + running} of minMember "
+               f"{need + running} pods could be placed together")
+        self.unschedulable.update(failures)  # members beyond maxMember keep their own reason
+        for pod in members:
+            inner = failures.get(pod.uid)
+            reasons = (why,) + (inner.reasons if inner else ())
+            self.unschedulable[pod.uid] = Status(Code.UNSCHEDULABLE, reasons, "Gang")
+        return []

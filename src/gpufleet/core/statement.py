@@ -1,0 +1,258 @@
+"""`Statement`: the one type through which a cycle changes what the cluster holds.
+
+It places pods (filter all nodes at once, score the feasible ones, pick devices), evicts
+running pods, and undoes any of that back to a checkpoint, as KAI-Scheduler's `Statement`
+does. Plain scheduling, gangs (`core.placing`), queues (`core.queued`) and preemption
+(`core.preemption`) use it through these methods only; none of them touches the usage
+it keeps.
+
+Every change is journalled: `checkpoint()` marks the journal and `rollback(mark)` undoes
+the changes made since, newest first, and returns them so that a caller can undo its own
+accounting (queue usage, victims chosen) in step.
+
+The statement also keeps the cycle's filter-failure cache: a pod whose constraints equal
+those of a pod that already found no node (under the same node mask) fails the same way,
+until capacity is given back (a rollback or an eviction bumps `epoch`).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from gpufleet.core import explain as explaining
+from gpufleet.framework.cycle_state import CycleState
+from gpufleet.framework.interfaces import View
+from gpufleet.framework.plugins.gpu_fit import default_devices
+from gpufleet.framework.profile import Profile
+from gpufleet.framework.status import Code, Status
+from gpufleet.model import GPU_MILLI, Cluster, ClusterSnapshot, GpuKind, Placement, PodSpec, Usage
+
+
+@dataclass(slots=True)
+class _View:
+    cluster: Cluster
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One journalled change: `pod` placed as `placement`, or (`pod` None) a running pod evicted."""
+
+    placement: Placement
+    pod: PodSpec | None
+
+    @property
+    def is_eviction(self) -> bool:
+        return self.pod is None
+
+
+def constraint_key(pod: PodSpec) -> tuple[object, ...]:
+    """Pods with equal keys are interchangeable for filtering (not for gangs or priority)."""
+    selector = tuple(sorted(pod.node_selector.items())) if pod.node_selector else ()
+    return (pod.cpu_milli, pod.mem_mib, pod.gpu, pod.gpu_models, selector, pod.affinity, pod.tolerations)
+
+
+class Statement:
+    """A cycle's private copy of the cluster's usage and every change made to it."""
+
+    def __init__(self, snapshot: ClusterSnapshot, profile: Profile, now: float, rng: random.Random,
+                 explain: bool = True) -> None:
+        self.snapshot = snapshot
+        self.profile = profile
+        self.explain = explain
+        """Whether a pod that fits nowhere gets the count per filter reason (costs another filter pass)."""
+        self.view = _View(snapshot.cluster, snapshot.usage.copy())
+        """The cluster and the usage as this statement has changed it; read it, change it through the methods."""
+        self.state = CycleState(rng, now)
+        self._journal: list[Change] = []
+        self._in_group: dict[str, int] = {}
+        self._failed: dict[tuple[object, ...], tuple[int, Status]] = {}
+        self._epoch = 0
+        self._mask: np.ndarray | None = None
+        self._mask_key: object = None
+        self._uniform: list[tuple[int, Callable[[CycleState, PodSpec, View], bool] | None]] = [
+            (k, plugin.uniform if profile.uniform[k] else None)  # type: ignore[attr-defined]
+            for k, (plugin, _) in enumerate(profile.scores)]
+        """Per scorer: its `uniform` (may it say it has no preference for a pod), None if it has none."""
+
+    @property
+    def epoch(self) -> int:
+        """Bumped whenever capacity is given back (a rollback, an eviction): failures seen before may not hold."""
+        return self._epoch
+
+    def restrict(self, mask: np.ndarray | None, key: object = None) -> None:
+        """Place the next pods only on the nodes where `mask` is true (None: anywhere).
+        `key` names the mask in the failure cache: pods fail alike only under the same key."""
+        self._mask, self._mask_key = mask, key
+
+    def placed_in_group(self, group: str) -> int:
+        """Members of pod group `group` placed through this statement and not rolled back."""
+        return self._in_group.get(group, 0)
+
+    # -- placing -----------------------------------------------------------------------------
+    def place(self, pod: PodSpec) -> Placement | Status:
+        """Find `pod` a node and devices and place it, or say why it fits nowhere.
+        Permit plugins see it placed; a denial undoes the placement and is returned."""
+        key = (constraint_key(pod), self._mask_key)
+        hit = self._failed.get(key)
+        if hit is not None and hit[0] == self._epoch:
+            return hit[1]
+        status = self._pre_filter(pod) if self.profile.pre_filters else None
+        if status is not None:
+            return status  # not cached: a pre-filter sees the whole pod, not only its constraint key
+        nodes = self._feasible(pod)
+        if len(nodes) == 0:
+            why = (explaining.explain(self.state, pod, self.view, self.profile.filters) if self.explain
+                   else f"0/{self.view.cluster.n_nodes} nodes are available.")
+            status = Status(Code.UNSCHEDULABLE, (why,), "")
+            self._failed[key] = (self._epoch, status)
+            return status
+        mark = self.checkpoint()
+        placement = self.place_on(pod, self._select(pod, nodes))
+        denied = self._permit(pod) if self.profile.permits else None
+        if denied is not None:
+            self.rollback(mark)
+            return denied
+        return placement
+
+    def place_on(self, pod: PodSpec, node: int) -> Placement:
+        """Place `pod` on node index `node`, which the caller knows it fits (preemption, once the
+        victims are evicted): devices are picked here, filters and permits are not asked."""
+        placement = self._placement(pod, node)
+        self.view.usage.place(placement, node)
+        if pod.pod_group:
+            self._in_group[pod.pod_group] = self._in_group.get(pod.pod_group, 0) + 1
+        for plugin in self.profile.reserves:
+            plugin.reserve(self.state, pod, self.view, node)
+        self._journal.append(Change(placement, pod))
+        return placement
+
+    def evict(self, placement: Placement) -> None:
+        """Take a running pod's holdings off its node."""
+        self.view.usage.place(placement, self.view.cluster.index[placement.node], sign=-1)
+        self._journal.append(Change(placement, None))
+        self._epoch += 1
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def checkpoint(self) -> int:
+        """A mark to roll back to."""
+        return len(self._journal)
+
+    def rollback(self, mark: int) -> list[Change]:
+        """Undo every change made since `mark`, newest first; returns them in that order."""
+        undone = self._journal[mark:]
+        undone.reverse()
+        del self._journal[mark:]
+        gave_back = False
+        for change in undone:
+            node = self.view.cluster.index[change.placement.node]
+            pod = change.pod
+            if pod is None:
+                self.view.usage.place(change.placement, node)
+                continue
+            self.view.usage.place(change.placement, node, sign=-1)
+            if pod.pod_group:
+                self._in_group[pod.pod_group] -= 1
+            for plugin in self.profile.reserves:
+                plugin.unreserve(self.state, pod, self.view, node)
+            gave_back = True
+        if gave_back:
+            self._epoch += 1
+        return undone
+
+    # -- what-if -----------------------------------------------------------------------------
+    def feasible_under(self, pod: PodSpec, usage: Usage) -> np.ndarray:
+        """The node indexes where `pod` passes every filter if the usage were `usage`."""
+        real = self.view.usage
+        self.view.usage = usage
+        try:
+            return self._feasible(pod)
+        finally:
+            self.view.usage = real
+
+    def fits(self, pod: PodSpec, node: int, usage: Usage) -> bool:
+        """Whether `pod` passes every filter on `node` if the usage were `usage`."""
+        return bool((self.feasible_under(pod, usage) == node).any())
+
+    # -- the steps ---------------------------------------------------------------------------
+    def _permit(self, pod: PodSpec) -> Status | None:
+        placed = self._in_group.get(pod.pod_group, 0) if pod.pod_group else 0
+        for plugin in self.profile.permits:
+            status = plugin.permit(self.state, pod, placed, self.view)
+            if not status.ok:
+                return status
+        return None
+
+    def _pre_filter(self, pod: PodSpec) -> Status | None:
+        for plugin in self.profile.pre_filters:
+            status = plugin.pre_filter(self.state, pod, self.view)
+            if not status.ok:
+                return status
+        return None
+
+    def _feasible(self, pod: PodSpec) -> np.ndarray:
+        mask = self._mask
+        owned = False  # whether `mask` is this call's own array (a plugin's or the queue layer's is never changed)
+        for plugin in self.profile.filters:
+            m = plugin.filter(self.state, pod, self.view)
+            if m is None:
+                continue
+            if mask is None:
+                mask = m
+            elif owned:
+                mask &= m
+            else:
+                mask, owned = mask & m, True
+        if mask is None:
+            return np.arange(self.view.cluster.n_nodes)
+        return mask.nonzero()[0]
+
+    def _select(self, pod: PodSpec, nodes: np.ndarray) -> int:
+        p = self.profile
+        if not p.scores:
+            return int(nodes[0])
+        # Score even a single feasible node: a scorer may also be the device picker (FGD).
+        # A scorer with no preference for this pod adds the same value to every node: left out.
+        active = [k for k, uniform in self._uniform if uniform is None or not uniform(self.state, pod, self.view)]
+        if len(active) == 1:
+            k = active[0]
+            plugin, weight = p.scores[k]
+            if (p.keeps_first_max[k] and weight > 0) or (not p.normalizing[k] and weight == 1):
+                # One scorer decides, and its first highest raw score is the sum's first highest.
+                return int(nodes[int(plugin.score(self.state, pod, self.view, nodes).argmax())])
+        total: np.ndarray | None = None
+        for k in active:
+            plugin, weight = p.scores[k]
+            scores = plugin.score(self.state, pod, self.view, nodes)
+            if p.normalizing[k]:
+                scores = plugin.normalize_score(scores)  # type: ignore[attr-defined]
+            if weight != 1:
+                scores = weight * scores
+            total = scores if total is None else total + scores
+        if total is None:
+            return int(nodes[0])
+        return int(nodes[int(total.argmax())])  # argmax returns the first: the lowest node name
+
+    def _placement(self, pod: PodSpec, node: int) -> Placement:
+        g = pod.gpu
+        picker = self.profile.device_picker
+        devices = None
+        if g.kind is not GpuKind.NONE:
+            devices = picker.pick_devices(self.state, pod, self.view, node) if picker else None
+            if devices is None:
+                devices = default_devices(pod, self.view, node)
+        gpus: tuple[int, ...] = ()
+        slices: tuple[int, ...] = ()
+        milli = mem = 0
+        if g.kind is GpuKind.MIG:
+            slices = tuple(devices or ())
+        elif g.kind is not GpuKind.NONE:
+            gpus = tuple(devices or ())
+            milli = g.milli if g.kind is GpuKind.FRACTION else GPU_MILLI
+            mem = int(self.view.cluster.gpu_mem[node, gpus[0]]) if g.kind is GpuKind.WHOLE and gpus else g.mem_mib
+        return Placement(pod.uid, self.view.cluster.names[node], pod.cpu_milli, pod.mem_mib, gpus, milli, mem,
+                         slices, pod.pod_group, pod.queue, pod.priority, pod.preemptible, self.state.now)
