@@ -8,6 +8,10 @@ with that profile for every pod; `speedup` compares the two on that profile. Pri
 with --json the last line is one JSON object.
 
     .venv/bin/python bench/throughput.py [--nodes 5000] [--pods 50000] [--json]
+
+With --dra the pods ask for whole GPUs through DRA ResourceClaims instead (`dra_gen`: one
+claim per pod for 1, 2, 4 or 8 GPUs of NVIDIA's `gpu.nvidia.com` class, ResourceSlices as its
+driver publishes them) and only the default profile runs.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cluster_gen  # noqa: E402
+import dra_gen  # noqa: E402
 import naive  # noqa: E402
 
 from gpufleet.core.cycle import schedule  # noqa: E402
@@ -95,6 +100,21 @@ def naive_run(snap: ClusterSnapshot, pods: list[PodSpec], ctx: BuildContext) -> 
     return time.perf_counter() - start, len(pods), disagree
 
 
+def dra_run(args: argparse.Namespace) -> dict[str, object]:
+    rng = random.Random(args.seed)
+    nodes, slices = dra_gen.cluster(args.nodes)
+    pods, claims = dra_gen.pods(args.pods, rng)
+    start = time.perf_counter()
+    snap = ClusterSnapshot.build(nodes, device_classes=dra_gen.classes(), slices=slices, claims=claims)
+    build_s = time.perf_counter() - start
+    seconds, bound = timed(snap, pods, builtin("default"), BuildContext())
+    print(f"DRA, default profile: {len(pods)} claim pods on {args.nodes} nodes ({snap.cluster.devices.n_devices} devices)"
+          f" in {seconds:.2f} s = {len(pods) / seconds:,.0f} pods/s ({bound} bound); snapshot {build_s:.2f} s",
+          file=sys.stderr)
+    return {"nodes": args.nodes, "devices": snap.cluster.devices.n_devices, "pods": len(pods), "bound": bound,
+            "seconds": round(seconds, 3), "pods_per_s": round(len(pods) / seconds), "snapshot_s": round(build_s, 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=5000)
@@ -102,7 +122,14 @@ def main() -> None:
     ap.add_argument("--naive-pods", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--dra", action="store_true", help="pods ask for GPUs through DRA claims")
     args = ap.parse_args()
+    if args.dra:
+        out = dra_run(args)
+        out["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        out["machine"] = f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}"
+        print(json.dumps(out) if args.json else json.dumps(out, indent=2))
+        return
     rng = random.Random(args.seed)
     nodes = cluster_gen.nodes(args.nodes, rng)
     pods, groups = cluster_gen.pods(args.pods, rng)

@@ -164,3 +164,15 @@ def test_a_rolled_back_gang_is_unreserved_on_its_nodes_and_counted_from_zero_whe
     # (m2 is nominated behind the evictions; it goes through permit when it binds, in a later cycle)
     assert recorder.permits == [("m0", 1), ("m1", 2), ("m0", 1), ("m1", 2)]
     assert len(recorder.views) == 1
+
+
+def test_rolling_back_a_denied_pod_leaves_the_pods_placed_before_it() -> None:
+    registry = dict(default_registry())
+    registry["QueueGate"] = Entry(lambda _args, _ctx: QueueGate())
+    profile = build_profile(ProfileSettings(scores=(ScoreRef("QueueGate"),)), registry=registry)
+    snap = ClusterSnapshot.build([make_node("n1").gpus(2).build()])
+    first = make_pod("a").gpus(1).created(0.0).build()
+    frozen = make_pod("b").gpus(1).queue("frozen").created(1.0).build()
+    last = make_pod("c").gpus(1).created(2.0).build()
+    result = schedule(snap, [first, frozen, last], profile, now=0.0, rng=random.Random(0))
+    assert {b.pod: b.gpus for b in result.binds} == {first.uid: (0,), last.uid: (1,)}

@@ -102,7 +102,7 @@ def quarantine(snapshot: ClusterSnapshot, fault: Fault, now: float) -> ClusterSn
         usage.set_health(i, fault.gpu, False)
     else:
         usage.set_ready(i, False)
-    return ClusterSnapshot(snapshot.cluster, usage, snapshot.placements, snapshot.pod_groups)
+    return ClusterSnapshot(snapshot.cluster, usage, snapshot.placements, snapshot.pod_groups, snapshot.dra)
 
 
 def restore(snapshot: ClusterSnapshot, fault: Fault) -> ClusterSnapshot:
@@ -113,4 +113,4 @@ def restore(snapshot: ClusterSnapshot, fault: Fault) -> ClusterSnapshot:
         usage.set_health(i, fault.gpu, True)
     else:
         usage.set_ready(i, True)
-    return ClusterSnapshot(snapshot.cluster, usage, snapshot.placements, snapshot.pod_groups)
+    return ClusterSnapshot(snapshot.cluster, usage, snapshot.placements, snapshot.pod_groups, snapshot.dra)

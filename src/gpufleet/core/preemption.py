@@ -294,12 +294,17 @@ def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
             if choice is None:
                 continue
             node, victims = choice
+            before = statement.checkpoint()
             for victim in victims:
                 pre.evict(victim)
+            fitted = statement.place_on(pod, node)
+            if not isinstance(fitted, Placement):  # its claims' devices did not fit together there
+                pre.undo(before)
+                continue
+            for victim in victims:
                 why = pre.why(pod, q, victim[0])
                 evicted.extend((p, why) for p in victim)
                 reclaimed = reclaimed or pre.reclaims(pod, q, victim[0])
-            fitted = statement.place_on(pod, node)
         book.add(q, book.placement_vector(fitted))
         placed.append((pod, fitted))
     if len(placed) < max(need, 1) or not evicted:

@@ -18,18 +18,23 @@ until capacity is given back (a rollback or an eviction bumps `epoch`).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
 
 from gpufleet.core import explain as explaining
+from gpufleet.core.claims import ClaimAllocator
 from gpufleet.framework.cycle_state import CycleState
 from gpufleet.framework.interfaces import View
 from gpufleet.framework.plugins.gpu_fit import default_devices
 from gpufleet.framework.profile import Profile
 from gpufleet.framework.status import Code, Status
-from gpufleet.model import GPU_MILLI, Cluster, ClusterSnapshot, GpuKind, Placement, PodSpec, Usage
+from gpufleet.model import GPU_MILLI, NO_GPU, Cluster, ClusterSnapshot, GpuKind, Placement, PodSpec, Usage
+from gpufleet.model.dra import ClaimAllocation
+
+DRA = "DynamicResources"
+"""The plugin name unschedulable reasons about claims carry (kube-scheduler's)."""
 
 
 @dataclass(slots=True)
@@ -68,6 +73,9 @@ class Statement:
         self.view = _View(snapshot.cluster, snapshot.usage.copy())
         """The cluster and the usage as this statement has changed it; read it, change it through the methods."""
         self.state = CycleState(rng, now)
+        self.claims = (ClaimAllocator(snapshot) if snapshot.cluster.devices.n_devices or snapshot.dra.claims
+                       else None)
+        """Allocates pods' DRA claims (None when the cluster has neither devices nor claims)."""
         self._journal: list[Change] = []
         self._in_group: dict[str, int] = {}
         self._failed: dict[tuple[object, ...], tuple[int, Status]] = {}
@@ -89,15 +97,22 @@ class Statement:
         `key` names the mask in the failure cache: pods fail alike only under the same key."""
         self._mask, self._mask_key = mask, key
 
-    def placed_in_group(self, group: str) -> int:
-        """Members of pod group `group` placed through this statement and not rolled back."""
-        return self._in_group.get(group, 0)
-
     # -- placing -----------------------------------------------------------------------------
     def place(self, pod: PodSpec) -> Placement | Status:
         """Find `pod` a node and devices and place it, or say why it fits nowhere.
         Permit plugins see it placed; a denial undoes the placement and is returned."""
-        key = (constraint_key(pod), self._mask_key)
+        if pod.claims:
+            why_not = self.claims.check(pod) if self.claims is not None else (
+                f"resourceclaim {pod.claims[0]} not found")
+            if why_not is not None:
+                return Status(Code.UNSCHEDULABLE, (why_not,), DRA)
+            assert self.claims is not None
+            as_gpus = self.claims.as_gpus(pod)
+            if as_gpus is not None:
+                pod = replace(pod, gpu=as_gpus)  # placed as the GPUs its claims amount to
+        key: tuple[object, ...] = (constraint_key(pod), self._mask_key)
+        if pod.claims:
+            key += (self.claims.key(pod),)  # type: ignore[union-attr]
         hit = self._failed.get(key)
         if hit is not None and hit[0] == self._epoch:
             return hit[1]
@@ -108,22 +123,54 @@ class Statement:
         if len(nodes) == 0:
             why = (explaining.explain(self.state, pod, self.view, self.profile.filters) if self.explain
                    else f"0/{self.view.cluster.n_nodes} nodes are available.")
-            status = Status(Code.UNSCHEDULABLE, (why,), "")
+            reasons: tuple[str, ...] = (why,)
+            if pod.claims and self.claims is not None:
+                claim_why = self.claims.explain(pod, self.view.usage)
+                reasons += (claim_why,) if claim_why else ()
+            status = Status(Code.UNSCHEDULABLE, reasons, DRA if len(reasons) > 1 else "")
             self._failed[key] = (self._epoch, status)
             return status
         mark = self.checkpoint()
-        placement = self.place_on(pod, self._select(pod, nodes))
+        while True:
+            node = self._select(pod, nodes)
+            placed = self.place_on(pod, node)
+            if isinstance(placed, Placement):
+                placement = placed
+                break
+            nodes = nodes[nodes != node]  # the claims' devices did not fit together on it: the next best
+            if len(nodes) == 0:
+                return placed
         denied = self._permit(pod) if self.profile.permits else None
         if denied is not None:
             self.rollback(mark)
             return denied
         return placement
 
-    def place_on(self, pod: PodSpec, node: int) -> Placement:
+    def place_on(self, pod: PodSpec, node: int) -> Placement | Status:
         """Place `pod` on node index `node`, which the caller knows it fits (preemption, once the
-        victims are evicted): devices are picked here, filters and permits are not asked."""
-        placement = self._placement(pod, node)
+        victims are evicted): devices are picked and claims allocated here, filters and permits
+        are not asked. A Status when the pod's claims cannot be allocated together on the node."""
+        claims: tuple[ClaimAllocation, ...] = ()
+        placement = None
+        if pod.claims and self.claims is not None:
+            if pod.gpu.kind is GpuKind.WHOLE:  # claims placed as GPUs (`place`): their devices are the GPUs'
+                placement = self._placement(pod, node)
+                found = self.claims.devices_for(pod, node, placement.gpus, self.view.usage)
+                if found is not None:
+                    placement = replace(placement, claims=found)
+                else:  # the chosen GPUs' devices do not all match: the allocator chooses, not the GPUs
+                    pod, placement = replace(pod, gpu=NO_GPU), None
+            if placement is None:
+                got = self.claims.allocate(pod, node, self.view.usage)
+                if isinstance(got, str):
+                    return Status(Code.UNSCHEDULABLE, (got,), DRA)
+                claims = got
+        if placement is None:
+            placement = self._placement(pod, node, claims)
+        claims = placement.claims
         self.view.usage.place(placement, node)
+        if claims and self.claims is not None:
+            self.claims.placed(claims, 1)
         if pod.pod_group:
             self._in_group[pod.pod_group] = self._in_group.get(pod.pod_group, 0) + 1
         for plugin in self.profile.reserves:
@@ -155,6 +202,8 @@ class Statement:
                 self.view.usage.place(change.placement, node)
                 continue
             self.view.usage.place(change.placement, node, sign=-1)
+            if change.placement.claims and self.claims is not None:
+                self.claims.placed(change.placement.claims, -1)
             if pod.pod_group:
                 self._in_group[pod.pod_group] -= 1
             for plugin in self.profile.reserves:
@@ -207,12 +256,17 @@ class Statement:
                 mask &= m
             else:
                 mask, owned = mask & m, True
+        if pod.claims and self.claims is not None:
+            m = self.claims.node_mask(pod, self.view.usage)
+            mask = m if mask is None else mask & m
         if mask is None:
             return np.arange(self.view.cluster.n_nodes)
         return mask.nonzero()[0]
 
     def _select(self, pod: PodSpec, nodes: np.ndarray) -> int:
         p = self.profile
+        if pod.claims and self.claims is not None and pod.gpu.kind is GpuKind.NONE:
+            return self._select_with_claims(pod, nodes)
         if not p.scores:
             return int(nodes[0])
         # Score even a single feasible node: a scorer may also be the device picker (FGD).
@@ -237,7 +291,26 @@ class Statement:
             return int(nodes[0])
         return int(nodes[int(total.argmax())])  # argmax returns the first: the lowest node name
 
-    def _placement(self, pod: PodSpec, node: int) -> Placement:
+    def _select_with_claims(self, pod: PodSpec, nodes: np.ndarray) -> int:
+        """Among the nodes where the earliest `firstAvailable` entries fit, the profile's weighted
+        score plus a best-fit term for the claims' devices (0-100: 100 on the nodes left with the
+        fewest free devices the claims match), ties to the lowest name."""
+        assert self.claims is not None
+        rank = self.claims.alternative_rank(pod, nodes, self.view.usage)
+        if rank.any():
+            nodes = nodes[rank == rank.min()]  # where an earlier firstAvailable entry fits
+        free = self.claims.free_after(pod, nodes, self.view.usage)
+        spread = int(free.max(initial=0) - free.min(initial=0))
+        total = (100.0 * (free.max(initial=0) - free) / spread if spread else np.zeros(len(nodes)))
+        for k, _ in self._uniform:
+            plugin, weight = self.profile.scores[k]
+            scores = plugin.score(self.state, pod, self.view, nodes)
+            if self.profile.normalizing[k]:
+                scores = plugin.normalize_score(scores)  # type: ignore[attr-defined]
+            total = total + weight * scores
+        return int(nodes[int(np.argmax(total))])
+
+    def _placement(self, pod: PodSpec, node: int, claims: tuple[ClaimAllocation, ...] = ()) -> Placement:
         g = pod.gpu
         picker = self.profile.device_picker
         devices = None
@@ -255,4 +328,4 @@ class Statement:
             milli = g.milli if g.kind is GpuKind.FRACTION else GPU_MILLI
             mem = int(self.view.cluster.gpu_mem[node, gpus[0]]) if g.kind is GpuKind.WHOLE and gpus else g.mem_mib
         return Placement(pod.uid, self.view.cluster.names[node], pod.cpu_milli, pod.mem_mib, gpus, milli, mem,
-                         slices, pod.pod_group, pod.queue, pod.priority, pod.preemptible, self.state.now)
+                         slices, pod.pod_group, pod.queue, pod.priority, pod.preemptible, self.state.now, claims)

@@ -226,7 +226,7 @@ class FaultFollower:
             usage = snapshot.usage.copy()
             for i, t in stamps.items():
                 usage.fault_at[i] = max(float(usage.fault_at[i]), t)
-            snapshot = ClusterSnapshot(snapshot.cluster, usage, snapshot.placements, snapshot.pod_groups)
+            snapshot = ClusterSnapshot(snapshot.cluster, usage, snapshot.placements, snapshot.pod_groups, snapshot.dra)
         return snapshot
 
     def due(self, snapshot: ClusterSnapshot, terminating: frozenset[PodUid] = frozenset()) -> list[Action]:

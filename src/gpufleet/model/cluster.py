@@ -9,11 +9,14 @@ whole GPUs, largest free fraction, free MIG slices per profile) that filters rea
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple, Sequence
+from decimal import Decimal
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from gpufleet.model.dra import ClaimAllocation, Pool
+from gpufleet.model.dra_table import DeviceRef, DeviceTable, milli
 from gpufleet.model.errors import ModelError
 from gpufleet.model.node import NodeInfo, NodeName
 from gpufleet.model.placement import Placement
@@ -28,7 +31,8 @@ F64 = npt.NDArray[np.float64]
 class Cluster:
     """Static per-node and per-GPU attributes as arrays. Never mutated after construction."""
 
-    def __init__(self, nodes: Sequence[NodeInfo]) -> None:
+    def __init__(self, nodes: Sequence[NodeInfo], pools: Sequence[Pool] = ()) -> None:
+        """`pools`: complete DRA pools (`model.dra.pools`); their devices form `devices`."""
         ordered = sorted(nodes, key=lambda n: n.name)
         names = [n.name for n in ordered]
         if len(set(names)) != len(names):
@@ -97,6 +101,9 @@ class Cluster:
         self.has_taints: bool = any(x.taints for x in ordered)
         """False when no node has a taint: taint filtering can be skipped outright."""
         self._gpu_lists: dict[int, GpuLists] = {}
+        uuids = {(i, gpu.uuid): j for i, node in enumerate(ordered) for j, gpu in enumerate(node.gpus)}
+        self.devices = DeviceTable(pools, self.index, uuids)
+        """DRA devices (empty without pools)."""
 
     def gpu_lists(self, i: int) -> GpuLists:
         """Node i's static per-GPU attributes as Python tuples, for the per-node loops of
@@ -158,7 +165,7 @@ class Usage:
     __slots__ = ("cluster", "free_cpu", "free_mem", "free_pods", "gpu_used_milli", "gpu_used_mem",
                  "gpu_healthy", "slice_used", "free_whole", "max_free_milli", "max_free_gmem", "whole_gmem",
                  "free_milli_total", "usable_gpus", "max_free_domain", "max_free_numa", "free_slices", "class_pods",
-                 "node_ready", "fault_at", "version")
+                 "node_ready", "fault_at", "version", "dev_used", "dev_free", "counter_used", "cap_used")
 
     def __init__(self, cluster: Cluster) -> None:
         c = cluster
@@ -197,7 +204,18 @@ class Usage:
         Equal stamps mean the same node state, across copies of this Usage too, so plugins
         may cache per-node results across cycles keyed on it. It carries no meaning beyond
         identity and never influences a decision."""
+        t = c.devices
+        self.dev_used: Bool = np.zeros(t.n_devices, dtype=np.bool_)
+        """DRA devices allocated exclusively."""
+        self.dev_free: Bool = np.ones(t.n_devices, dtype=np.bool_)
+        """DRA devices that an exclusive allocation may take now (multi-allocation devices: that still
+        have room): not allocated, their counters not exhausted, their GPU unused, their node ready."""
+        self.counter_used: I64 = np.zeros(len(t.counter_total), dtype=np.int64)
+        self.cap_used: I64 = np.zeros(len(t.cap_total), dtype=np.int64)
+        """Consumed capacity of multi-allocation devices, milli-units (`DeviceTable.cap_rows`)."""
         self.refresh_rows(np.arange(n))
+        if t.n_devices:
+            self.refresh_devices(range(t.n_devices))
 
     def copy(self) -> Usage:
         new = object.__new__(Usage)
@@ -337,21 +355,90 @@ class Usage:
             start = int(self.cluster.slice_start[i])
             for s in p.mig_slices:
                 self.slice_used[start + s] = sign > 0
+        if p.claims:
+            self.hold_claims(p.claims, sign, held_gpus=p.gpus, refresh=False)
+        elif p.gpus and self.cluster.devices.n_devices:
+            self.refresh_devices(self.cluster.devices.node_rows(i))  # devices linked to these GPUs
         if not refresh:
             return
-        if p.gpus or p.mig_slices:
+        if p.gpus or p.mig_slices or p.claims:
             self.refresh_row(i)
         else:  # no device changed: the GPU aggregates stand, only the node's state is new
             self._restamp(i)
 
+    def hold_claims(self, claims: Iterable[ClaimAllocation], sign: int = 1, held_gpus: tuple[int, ...] = (),
+                    refresh: bool = True) -> list[str]:
+        """Add (sign=1) or remove what claim allocations hold: devices, counters, capacity, linked
+        GPUs (except `held_gpus`, which the placement itself lists and `place` has counted). With
+        `refresh`, the touched nodes' aggregates are recomputed (`place` does that itself). Returns a line for each result naming a device the table does not have (a pool
+        gone or incomplete: nothing is held for it) or one already allocated."""
+        t = self.cluster.devices
+        touched: set[int] = set()
+        unknown: list[str] = []
+        for claim in claims:
+            for result in claim.devices:
+                found = t.index.get(DeviceRef(result.driver, result.pool, result.device))
+                if found is None:
+                    unknown.append(f"claim {claim.claim}: device {result.driver}/{result.pool}/{result.device}")
+                    continue
+                k = found
+                node, gpu = int(t.node[k]), int(t.gpu[k])
+                if t.multi[k]:
+                    caps = t.cap_rows[k]
+                    for name, amount in result.consumed.items():
+                        if name in caps:
+                            self.cap_used[caps[name][0]] += sign * milli(amount)
+                    if gpu >= 0:
+                        share = _share(t, k, result.consumed)
+                        self.gpu_used_milli[node, gpu] += sign * share
+                else:
+                    if sign > 0 and self.dev_used[k]:
+                        unknown.append(f"claim {claim.claim}: device {t.refs[k]} is already allocated")
+                    self.dev_used[k] = sign > 0
+                    for row, used in t.consumes[k]:
+                        self.counter_used[row] += sign * used
+                        touched.update(t.counter_users[row])
+                    if gpu >= 0 and gpu not in held_gpus:
+                        self.gpu_used_milli[node, gpu] += sign * GPU_MILLI
+                        self.gpu_used_mem[node, gpu] += sign * int(self.cluster.gpu_mem[node, gpu])
+                touched.add(k)
+                if node >= 0:
+                    touched.update(t.node_rows(node))
+        self.refresh_devices(sorted(touched))
+        for i in sorted({int(t.node[k]) for k in touched if t.node[k] >= 0}):
+            if refresh:
+                self.refresh_row(i)
+            else:
+                self._restamp(i)
+        return unknown
+
+    def refresh_devices(self, rows: Iterable[int]) -> None:
+        """Recompute `dev_free` for these device rows."""
+        t = self.cluster.devices
+        total, used = t.counter_total, self.counter_used
+        for k in rows:
+            node, gpu = int(t.node[k]), int(t.gpu[k])
+            ok = not self.dev_used[k] and (node < 0 or bool(self.node_ready[node]))
+            if ok and gpu >= 0:
+                healthy = bool(self.gpu_healthy[node, gpu])
+                if t.multi[k]:
+                    ok = healthy and self.gpu_used_milli[node, gpu] < GPU_MILLI
+                else:
+                    ok = healthy and self.gpu_used_milli[node, gpu] == 0 and self.gpu_used_mem[node, gpu] == 0
+            if ok and not t.multi[k]:
+                ok = all(used[c] + a <= total[c] for c, a in t.consumes[k])
+            self.dev_free[k] = ok
+
     def set_health(self, i: int, gpu: int, healthy: bool) -> None:
         self.gpu_healthy[i, gpu] = healthy
         self.refresh_row(i)
+        self.refresh_devices(self.cluster.devices.node_rows(i))
 
     def set_ready(self, i: int, ready: bool) -> None:
         """Take node i out (no device counts as usable) or bring it back."""
         self.node_ready[i] = ready
         self.refresh_row(i)
+        self.refresh_devices(self.cluster.devices.node_rows(i))
 
     def overcommitted(self, i: int) -> str | None:
         """Why node i is overcommitted, or None. Used to validate snapshots and in tests."""
@@ -369,3 +456,25 @@ class Usage:
         if (self.gpu_used_milli[i] < 0).any():
             return "negative GPU use"
         return None
+
+    def devices_overcommitted(self) -> str | None:
+        """Which DRA counter or capacity is used beyond its total, or None."""
+        t = self.cluster.devices
+        over = np.nonzero(self.counter_used > t.counter_total)[0]
+        if len(over):
+            return f"counter row {int(over[0])} ({int(self.counter_used[over[0]])} > {int(t.counter_total[over[0]])} milli)"
+        over = np.nonzero(self.cap_used > t.cap_total)[0]
+        if len(over):
+            return f"capacity row {int(over[0])} ({int(self.cap_used[over[0]])} > {int(t.cap_total[over[0]])} milli)"
+        return None
+
+
+def _share(t: DeviceTable, k: int, consumed: Mapping[str, Decimal]) -> int:
+    """GPU-milli that consumed capacity of a linked multi-allocation device stands for: the
+    largest fraction of any of its capacities taken, at least 1 (something runs on the GPU)."""
+    best = 1
+    for name, (_, cap) in t.cap_rows[k].items():
+        amount = consumed.get(name)
+        if amount is not None and cap.value > 0:
+            best = max(best, -int(-amount * GPU_MILLI // cap.value))
+    return min(best, GPU_MILLI)

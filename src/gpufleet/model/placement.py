@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpufleet.model.dra import ClaimAllocation
 from gpufleet.model.node import NodeName
 from gpufleet.model.pod import PodUid
 
@@ -33,3 +34,5 @@ class Placement:
     started_s: float = 0.0
     """What preemption and reclaim need to know of a running pod (copied from its PodSpec;
     `started_s` is when it was bound, for the minimum-runtime protection)."""
+    claims: tuple[ClaimAllocation, ...] = ()
+    """DRA claims this pod's placement allocated (or, for a running pod, the claims only it holds)."""

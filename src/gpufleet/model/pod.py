@@ -178,6 +178,8 @@ class PodSpec:
     pod_group: str | None = None
     preemptible: bool = True
     created_s: float = 0.0
+    claims: tuple[str, ...] = ()
+    """The pod's DRA ResourceClaims, `namespace/name` (a template's claim once the controller made it)."""
 
     def __post_init__(self) -> None:
         where = f"pod {self.namespace}/{self.name}"

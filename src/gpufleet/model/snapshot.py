@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from gpufleet.model.cluster import Cluster, Usage
+from gpufleet.model.dra import ClaimAllocation, DeviceClass, DraState, ResourceClaim, ResourceSlice, pools
 from gpufleet.model.errors import ModelError
 from gpufleet.model.node import NodeInfo, NodeName
 from gpufleet.model.placement import Placement
@@ -21,14 +22,16 @@ from gpufleet.model.pod import GPU_MILLI, PodGroup, PodUid
 class ClusterSnapshot:
     """Nodes, what runs on them, and the gangs pods belong to."""
 
-    __slots__ = ("cluster", "_usage", "_placements", "pod_groups", "_consumed")
+    __slots__ = ("cluster", "_usage", "_placements", "pod_groups", "_consumed", "dra")
 
     def __init__(self, cluster: Cluster, usage: Usage, placements: Mapping[PodUid, Placement],
-                 pod_groups: Mapping[str, PodGroup]) -> None:
+                 pod_groups: Mapping[str, PodGroup], dra: DraState = DraState()) -> None:
         self.cluster = cluster
         self._usage = usage
         self._placements = placements
         self.pod_groups = pod_groups
+        self.dra = dra
+        """DeviceClasses and ResourceClaims (the devices are `cluster.devices`)."""
         self._consumed = False
 
     @property
@@ -47,9 +50,16 @@ class ClusterSnapshot:
 
     @classmethod
     def build(cls, nodes: Sequence[NodeInfo], running: Iterable[Placement] = (),
-              pod_groups: Iterable[PodGroup] = ()) -> ClusterSnapshot:
-        """Build from plain lists. Running placements that overcommit a node are an error."""
-        cluster = Cluster(nodes)
+              pod_groups: Iterable[PodGroup] = (), *, device_classes: Iterable[DeviceClass] = (),
+              slices: Sequence[ResourceSlice] = (), claims: Iterable[ResourceClaim] = ()) -> ClusterSnapshot:
+        """Build from plain lists. Running placements that overcommit a node are an error.
+
+        DRA: `slices` form the devices (complete pools of the newest generation only); allocated
+        `claims` hold their devices, except those a running placement carries (its `claims`:
+        released with the pod). What cannot be used is listed in `dra.problems`."""
+        complete, problems = pools(slices)
+        cluster = Cluster(nodes, complete)
+        problems.extend(cluster.devices.problems)
         usage = Usage(cluster)
         placements: dict[PodUid, Placement] = {}
         for p in running:
@@ -60,13 +70,19 @@ class ClusterSnapshot:
                 raise ModelError(f"running pod {p.pod} on node {p.node}", f"overcommits {problem}")
             placements[p.pod] = p
         groups = {g.key: g for g in pod_groups}
-        return cls(cluster, usage, MappingProxyType(placements), MappingProxyType(groups))
+        by_key = {c.key: c for c in claims}
+        carried = {a.claim for p in placements.values() for a in p.claims}
+        held = [ClaimAllocation(c.key, c.allocation, c.allocated_node) for c in by_key.values()
+                if c.allocation is not None and c.key not in carried]
+        problems.extend(f"{line}: not counted" for line in usage.hold_claims(held))
+        dra = DraState({d.name: d for d in device_classes}, by_key, tuple(problems))
+        return cls(cluster, usage, MappingProxyType(placements), MappingProxyType(groups), dra)
 
     def apply(self, binds: Iterable[Placement] = (), releases: Iterable[PodUid] = ()) -> ClusterSnapshot:
         """A new snapshot with `releases` removed and `binds` added (binds are trusted core output)."""
         usage, placements = self.usage.copy(), dict(self.placements)
         _step(self.cluster, usage, placements, binds, releases)
-        return ClusterSnapshot(self.cluster, usage, MappingProxyType(placements), self.pod_groups)
+        return ClusterSnapshot(self.cluster, usage, MappingProxyType(placements), self.pod_groups, self.dra)
 
     def advance(self, binds: Iterable[Placement] = (), releases: Iterable[PodUid] = ()) -> ClusterSnapshot:
         """Like `apply`, but reuses this snapshot's arrays instead of copying them.
@@ -80,21 +96,21 @@ class ClusterSnapshot:
         assert isinstance(placements, dict), "advance() needs a snapshot made by owned() or advance()"
         _step(self.cluster, self._usage, placements, binds, releases)
         self._consumed = True
-        return ClusterSnapshot(self.cluster, self._usage, placements, self.pod_groups)
+        return ClusterSnapshot(self.cluster, self._usage, placements, self.pod_groups, self.dra)
 
     def owned(self) -> ClusterSnapshot:
         """A private copy that `advance()` may step forward (this snapshot stays usable)."""
-        return ClusterSnapshot(self.cluster, self.usage.copy(), dict(self.placements), self.pod_groups)
+        return ClusterSnapshot(self.cluster, self.usage.copy(), dict(self.placements), self.pod_groups, self.dra)
 
     def with_gpu_health(self, node: NodeName, gpu: int, healthy: bool) -> ClusterSnapshot:
         usage = self.usage.copy()
         usage.set_health(self.cluster.index[node], gpu, healthy)
-        return ClusterSnapshot(self.cluster, usage, self.placements, self.pod_groups)
+        return ClusterSnapshot(self.cluster, usage, self.placements, self.pod_groups, self.dra)
 
     def with_pod_groups(self, groups: Iterable[PodGroup]) -> ClusterSnapshot:
         merged = dict(self.pod_groups)
         merged.update({g.key: g for g in groups})
-        return ClusterSnapshot(self.cluster, self.usage, self.placements, MappingProxyType(merged))
+        return ClusterSnapshot(self.cluster, self.usage, self.placements, MappingProxyType(merged), self.dra)
 
     # -- KPIs every driver reports the same way ------------------------------------------
     def gpu_capacity_milli(self) -> int:
