@@ -152,7 +152,7 @@ def test_memory_shares_let_several_claims_hold_one_gpu(claims: Claims, dirs: dic
 
 @pytest.mark.parametrize("stored, asked_uid, message", [
     (None, "uid-x", "ResourceClaim team/x: not found"),
-    (claim("x", "gpu-0", uid="uid-new"), "uid-x", "has UID uid-new, not uid-x: the claim was replaced"),
+    (claim("x", "gpu-0", uid="uid-new"), "uid-x", "has UID 'uid-new', not 'uid-x': the claim was replaced"),
     ({"metadata": {"namespace": "team", "name": "x", "uid": "uid-x"}, "status": {}}, "uid-x",
      "status.allocation is empty: the claim is not allocated"),
     (claim("x", "gpu-0", pool="node-b"), "uid-x", "results[0]: pool 'node-b' is not this node's ('node-a')"),

@@ -61,7 +61,7 @@ def prepare(claim: Mapping[str, Any] | None, namespace: str, name: str, uid: str
         raise PrepareError(f"{where}: not found")
     stored = _field(_object(claim, where), "", "metadata", where).get("uid")
     if stored != uid:
-        raise PrepareError(f"{where}: has UID {stored}, not {uid}: the claim was replaced")
+        raise PrepareError(f"{where}: has UID {stored!r}, not {uid!r}: the claim was replaced")
     allocation = _field(_field(claim, "", "status", where), "status", "allocation", where)
     if not allocation:
         raise PrepareError(f"{where}: status.allocation is empty: the claim is not allocated")
