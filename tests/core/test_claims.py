@@ -322,3 +322,15 @@ def test_an_older_generation_is_ignored_and_contradicting_slices_drop_their_pool
     assert _snap([gpu_node("a")], twice, []).dra.problems == (
         "pool gpu.nvidia.com/a generation 1: device gpu-0 appears in slices a-gpu.nvidia.com-0 and "
         "a-gpu.nvidia.com-1; not used",)
+
+
+def test_a_pod_asking_gpus_and_a_claim_gets_other_gpus_for_the_claim() -> None:
+    from gpufleet.model import whole_gpus
+    c = claim("c", [exactly(count=2, selectors=[{"cel": {"expression": "device.attributes['gpu.nvidia.com'].type == 'gpu'"}}])],
+              constraints=[{"distinctAttribute": "gpu.nvidia.com/uuid"}])  # not placed as GPUs: the allocator chooses
+    pod = replace(_pod("p", "c"), gpu=whole_gpus(2))
+    result = _run(_snap([gpu_node("a", gpus=4)], [gpu_slice("a", gpus=4)], [c]), [pod])
+    (bind,) = result.binds
+    claimed = {int(d.device.split("-")[1]) for a in bind.claims for d in a.devices}
+    assert len(set(bind.gpus)) == 2 and len(claimed) == 2 and not claimed & set(bind.gpus)
+    assert _run(_snap([gpu_node("a", gpus=3)], [gpu_slice("a", gpus=3)], [c]), [pod]).binds == ()

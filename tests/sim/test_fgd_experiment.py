@@ -56,3 +56,16 @@ def test_buckets_average_per_integer_arrived_percent_and_fill_gaps_from_neighbou
     assert out[2] == 5.0
     assert out[1] == 3.5          # empty: mean of buckets 0 and 2
     assert out[3] == 5.0          # empty: only bucket 2 has data among its neighbours
+
+
+@pytest.mark.parametrize("policy", ["fgd", "gpufleet", "bestfit"])
+def test_the_experiment_asked_through_dra_claims_places_exactly_as_with_extended_resources(policy: str) -> None:
+    """Issue 21 item 7: the same tasks as ResourceClaims (whole GPUs as device counts, shares as
+    `share`/`memory` capacity requests on shared devices) give the same series, attempt by attempt."""
+    w = default_workload(scale=0.05, seed=0, max_pods=1001)
+    plain = fe.run(w, policy, 7)
+    claims = fe.run(w, policy, 7, claims=True)
+    assert plain.placed > 0 and plain.failed > 0
+    assert (claims.placed, claims.failed) == (plain.placed, plain.failed)
+    for metric, series in plain.series.items():
+        assert np.array_equal(claims.series[metric], series), metric

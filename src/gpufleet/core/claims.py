@@ -34,13 +34,17 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from gpufleet.model import ClusterSnapshot, GpuKind, GpuRequest, NodeName, PodSpec, Usage, whole_gpus
+from gpufleet.model import (GPU_MILLI, ClusterSnapshot, GpuKind, GpuRequest, NodeName, PodSpec, Usage, gpu_fraction,
+                            whole_gpus)
 from gpufleet.model.cel import CelError, Selector, compile_selector
 from gpufleet.model.dra import AllocatedDevice, ClaimAllocation, Frozen, Request, ResourceClaim, Subrequest, qualify
 from gpufleet.model.dra_table import DeviceTable, milli
 
 Bool = npt.NDArray[np.bool_]
 I64 = npt.NDArray[np.int64]
+SHARE = "share"
+"""The capacity that offers a share of a GPU (a quantity: "1" is all of it, "500m" half)."""
+MIB = 2**20
 RECOUNT_ALL = 64
 """From this many changed nodes on, free devices are recounted over all nodes at once."""
 MAX_OPTIONS = 8
@@ -73,7 +77,6 @@ class ClaimAllocator:
         self._count_cache: dict[int, tuple[Bool, I64, I64, I64]] = {}
         """Per matching-device mask (by identity; the mask is kept in the entry): total and free
         matching devices per node, and the node stamps the free counts were taken at."""
-        self._plain: dict[int, tuple[Bool, bool]] = {}
         self.allocated: dict[str, ClaimAllocation] = {}
         """Claims allocated in this cycle (tentatively, for gang members) by the pods placed so far."""
 
@@ -251,50 +254,89 @@ class ClaimAllocator:
         return out
 
     def as_gpus(self, pod: PodSpec) -> GpuRequest | None:
-        """The whole-GPU request the pod's pending claims amount to, when they are nothing more:
-        every request a single ExactCount alternative without capacity requests, no constraints,
-        and every device it matches an exclusive device linked to a GPU. Such a pod is placed
-        as an extended-resource pod asking that many GPUs (the same filters, scorers and device
-        choice), and its claims get the devices of the GPUs chosen (`devices_for`)."""
+        """The GPU request the pod's pending claims amount to, when they are nothing more. Such a
+        pod is placed as an extended-resource pod asking that (the same filters, scorers and device
+        choice), and its claims get the devices of the GPUs chosen (`devices_for`).
+
+        - Whole GPUs: every request a single ExactCount alternative without capacity requests, no
+          constraints, and every device it matches linked to a GPU, untainted, without counters,
+          and either exclusive or taking all of its capacity when shared.
+        - A share of one GPU: one request for one device with a capacity request for `share` (a
+          quantity below 1: "500m" is half the GPU) and optionally `memory`, every device it
+          matches shared (`allowMultipleAllocations`), linked to a GPU and offering `share`.
+        """
         if pod.gpu.kind is not GpuKind.NONE:
             return None
-        t = self.table
-        total = 0
-        for claim in self._pending(pod):
+        pending = list(self._pending(pod))
+        subs: list[tuple[ResourceClaim, Subrequest]] = []
+        for claim in pending:
             if claim.constraints:
                 return None
             for request in claim.requests:
                 if len(request.alternatives) != 1:
                     return None
                 sub = request.alternatives[0]
-                if sub.mode != "ExactCount" or sub.capacity or sub.admin_access:
+                if sub.mode != "ExactCount" or sub.admin_access:
                     return None
-                matching = self.matching(claim, sub)
-                if isinstance(matching, str) or not self._plain_gpus(matching):
-                    return None
-                total += sub.count
-        return whole_gpus(total) if total else None
+                subs.append((claim, sub))
+        if not subs:
+            return None
+        if len(subs) == 1 and subs[0][1].capacity:
+            return self._as_share(*subs[0])
+        total = 0
+        for claim, sub in subs:
+            matching = self.matching(claim, sub)
+            if sub.capacity or isinstance(matching, str) or not self._linked(matching)[0]:
+                return None
+            total += sub.count
+        return whole_gpus(total)
 
-    def _plain_gpus(self, matching: Bool) -> bool:
-        """Whether `matching` selects some devices, all exclusive, untainted, without counters and
-        linked to GPUs (kept per mask for the cycle)."""
-        cached = self._plain.get(id(matching))
-        if cached is None or cached[0] is not matching:
-            t = self.table
-            rows = np.flatnonzero(matching)
-            plain = bool(len(rows)) and not ((t.gpu[rows] < 0).any() or t.multi[rows].any() or t.tainted[rows].any()
-                                             or any(t.consumes[k] for k in rows.tolist()))
-            cached = self._plain[id(matching)] = (matching, plain)
-        return cached[1]
+    def _as_share(self, claim: ResourceClaim, sub: Subrequest) -> GpuRequest | None:
+        matching = self.matching(claim, sub)
+        if sub.count != 1 or isinstance(matching, str) or not self._linked(matching)[1]:
+            return None
+        asked = {name.rpartition("/")[2]: amount for name, amount in sub.capacity.items()}
+        share = asked.pop(SHARE, None)
+        memory = asked.pop("memory", Decimal(0))
+        if asked or share is None or not 0 < share < 1 or share * GPU_MILLI != int(share * GPU_MILLI):
+            return None
+        return gpu_fraction(int(share * GPU_MILLI), -int(-memory // MIB))
+
+    def _linked(self, matching: Bool) -> tuple[bool, bool]:
+        """Whether the devices of `matching` (some, all linked to GPUs, untainted, without counters)
+        can be taken as whole GPUs (exclusive, or shared and a request without amounts takes all
+        of them: `_taken_whole`), and as shares (shared, offering `share`). Kept with the table
+        (the masks are, so their ids stay theirs)."""
+        key = ("linked", id(matching))
+        cached = self.table.memo.get(key)
+        if not isinstance(cached, tuple) or cached[0] is not matching:
+            cached = self.table.memo[key] = (matching, self._kind(np.flatnonzero(matching).tolist()))
+        return cached[1]  # type: ignore[no-any-return]
+
+    def _kind(self, rows: list[int]) -> tuple[bool, bool]:
+        t = self.table
+        if not rows or any(t.gpu[k] < 0 or t.tainted[k] or t.consumes[k] for k in rows):
+            return False, False
+        whole = all(not t.multi[k] or self._taken_whole(k) for k in rows)
+        share = all(t.multi[k] and any(name.rpartition("/")[2] == SHARE for name in t.cap_rows[k]) for k in rows)
+        return whole, share
+
+    def _taken_whole(self, k: int) -> bool:
+        """Whether a request naming no amounts takes all of shared device k: all of its `share`, or
+        all of every capacity when it offers no share."""
+        caps = self.table.cap_rows[k]
+        shares = [cap for name, (_, cap) in caps.items() if name.rpartition("/")[2] == SHARE]
+        return all(cap.amount(None) == cap.value for cap in (shares or [c for _, c in caps.values()]))
 
     def devices_for(self, pod: PodSpec, node: int, gpus: Sequence[int], usage: Usage
                     ) -> tuple[ClaimAllocation, ...] | None:
         """The pod's pending claims given the devices of `gpus` on `node`, requests in order
-        (None if some GPU's device does not match the request it would go to)."""
+        (None if some GPU's device does not match, or fit, the request it would go to)."""
         t = self.table
         by_gpu = {int(t.gpu[k]): k for k in t.node_rows(node) if t.gpu[k] >= 0}
         left = list(gpus)
         out: list[ClaimAllocation] = []
+        tentative = _Tentative(set(), {}, {})
         for claim in self._pending(pod):
             results: list[AllocatedDevice] = []
             for request in claim.requests:
@@ -305,10 +347,12 @@ class ClaimAllocator:
                 take, left = left[:sub.count], left[sub.count:]
                 for j in take:
                     k = by_gpu.get(j)
-                    if k is None or not matching[k] or not usage.dev_free[k]:
+                    consumed = self._fits(k, sub, usage, tentative) if k is not None and matching[k] else None
+                    if k is None or consumed is None:
                         return None
+                    self._take([(k, consumed)], tentative, sign=1)
                     ref = t.refs[k]
-                    results.append(AllocatedDevice(sub.name, ref.driver, ref.pool, ref.device))
+                    results.append(AllocatedDevice(sub.name, ref.driver, ref.pool, ref.device, Frozen(consumed)))
             out.append(ClaimAllocation(claim.key, tuple(results), self.names[node]))
         return tuple(out)
 
@@ -347,9 +391,12 @@ class ClaimAllocator:
         return None
 
     # -- 3. which devices ------------------------------------------------------------------
-    def allocate(self, pod: PodSpec, node: int, usage: Usage) -> tuple[ClaimAllocation, ...] | str:
-        """The devices on node index `node` for each of the pod's unallocated claims, or why not."""
-        tentative = _Tentative(set(), {}, {})
+    def allocate(self, pod: PodSpec, node: int, usage: Usage, avoid: Sequence[int] = ()
+                 ) -> tuple[ClaimAllocation, ...] | str:
+        """The devices on node index `node` for each of the pod's unallocated claims, or why not;
+        no device linked to a GPU in `avoid` (the pod's own extended-resource GPUs)."""
+        t = self.table
+        tentative = _Tentative({k for k in t.node_rows(node) if t.gpu[k] >= 0 and int(t.gpu[k]) in avoid}, {}, {})
         out: list[ClaimAllocation] = []
         for claim in self._pending(pod):
             chosen: dict[str, tuple[str, _Picks]] = {}

@@ -101,6 +101,7 @@ class Statement:
     def place(self, pod: PodSpec) -> Placement | Status:
         """Find `pod` a node and devices and place it, or say why it fits nowhere.
         Permit plugins see it placed; a denial undoes the placement and is returned."""
+        as_gpus = None
         if pod.claims:
             why_not = self.claims.check(pod) if self.claims is not None else (
                 f"resourceclaim {pod.claims[0]} not found")
@@ -133,7 +134,7 @@ class Statement:
         mark = self.checkpoint()
         while True:
             node = self._select(pod, nodes)
-            placed = self.place_on(pod, node)
+            placed = self.place_on(pod, node, claims_as_gpus=as_gpus is not None)
             if isinstance(placed, Placement):
                 placement = placed
                 break
@@ -146,14 +147,14 @@ class Statement:
             return denied
         return placement
 
-    def place_on(self, pod: PodSpec, node: int) -> Placement | Status:
+    def place_on(self, pod: PodSpec, node: int, *, claims_as_gpus: bool = False) -> Placement | Status:
         """Place `pod` on node index `node`, which the caller knows it fits (preemption, once the
         victims are evicted): devices are picked and claims allocated here, filters and permits
-        are not asked. A Status when the pod's claims cannot be allocated together on the node."""
-        claims: tuple[ClaimAllocation, ...] = ()
+        are not asked. A Status when the pod's claims cannot be allocated together on the node.
+        `claims_as_gpus`: `pod.gpu` is what its claims amount to (`place`), not a request of its own."""
         placement = None
         if pod.claims and self.claims is not None:
-            if pod.gpu.kind is GpuKind.WHOLE:  # claims placed as GPUs (`place`): their devices are the GPUs'
+            if claims_as_gpus:  # the claims get the devices of the GPUs chosen
                 placement = self._placement(pod, node)
                 found = self.claims.devices_for(pod, node, placement.gpus, self.view.usage)
                 if found is not None:
@@ -161,12 +162,13 @@ class Statement:
                 else:  # the chosen GPUs' devices do not all match: the allocator chooses, not the GPUs
                     pod, placement = replace(pod, gpu=NO_GPU), None
             if placement is None:
-                got = self.claims.allocate(pod, node, self.view.usage)
+                own = self._placement(pod, node)  # the pod's own GPUs, if it asks for any besides its claims
+                got = self.claims.allocate(pod, node, self.view.usage, avoid=own.gpus)
                 if isinstance(got, str):
                     return Status(Code.UNSCHEDULABLE, (got,), DRA)
-                claims = got
+                placement = replace(own, claims=got)
         if placement is None:
-            placement = self._placement(pod, node, claims)
+            placement = self._placement(pod, node)
         claims = placement.claims
         self.view.usage.place(placement, node)
         if claims and self.claims is not None:
@@ -310,7 +312,7 @@ class Statement:
             total = total + weight * scores
         return int(nodes[int(np.argmax(total))])
 
-    def _placement(self, pod: PodSpec, node: int, claims: tuple[ClaimAllocation, ...] = ()) -> Placement:
+    def _placement(self, pod: PodSpec, node: int) -> Placement:
         g = pod.gpu
         picker = self.profile.device_picker
         devices = None
@@ -328,4 +330,4 @@ class Statement:
             milli = g.milli if g.kind is GpuKind.FRACTION else GPU_MILLI
             mem = int(self.view.cluster.gpu_mem[node, gpus[0]]) if g.kind is GpuKind.WHOLE and gpus else g.mem_mib
         return Placement(pod.uid, self.view.cluster.names[node], pod.cpu_milli, pod.mem_mib, gpus, milli, mem,
-                         slices, pod.pod_group, pod.queue, pod.priority, pod.preemptible, self.state.now, claims)
+                         slices, pod.pod_group, pod.queue, pod.priority, pod.preemptible, self.state.now)

@@ -388,7 +388,7 @@ class Usage:
                     for name, amount in result.consumed.items():
                         if name in caps:
                             self.cap_used[caps[name][0]] += sign * milli(amount)
-                    if gpu >= 0:
+                    if gpu >= 0 and gpu not in held_gpus:
                         share = _share(t, k, result.consumed)
                         self.gpu_used_milli[node, gpu] += sign * share
                 else:

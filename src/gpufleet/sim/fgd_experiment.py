@@ -20,6 +20,7 @@ import numpy.typing as npt
 from gpufleet.core.cycle import schedule
 from gpufleet.framework.plugins.fragmentation import FragModel, typical_tasks
 from gpufleet.model import ClusterSnapshot, ModelError, NodeInfo, NodeName, PodSpec, PodUid
+from gpufleet.sim.claims import as_claims
 from gpufleet.sim.policies import profile_for
 from gpufleet.sim.workload import Workload
 
@@ -73,17 +74,25 @@ def renamed_nodes(nodes: Sequence[NodeInfo], seed: int) -> list[NodeInfo]:
     return [replace(n, name=NodeName(f"{perm[i]:0{width}d}-{n.name}")) for i, n in enumerate(nodes)]
 
 
-def run(workload: Workload, policy: str, seed: int, *, tune: float = 1.3) -> FgdRun:
-    """One run: every task offered once, metrics after every attempt."""
+def run(workload: Workload, policy: str, seed: int, *, tune: float = 1.3, claims: bool = False) -> FgdRun:
+    """One run: every task offered once, metrics after every attempt. With `claims`, the tasks ask
+    for their GPUs through DRA ResourceClaims (`sim.claims`) instead of extended resources."""
     originals = sorted((p for job in workload.jobs for p in job.pods), key=lambda p: p.name)
     tasks_m = typical_tasks(originals)
     profile = profile_for(policy, tasks_m)
-    snap = ClusterSnapshot.build(renamed_nodes(workload.nodes, seed)).owned()
+    nodes = renamed_nodes(workload.nodes, seed)
+    snap = ClusterSnapshot.build(nodes).owned()
     cluster = snap.cluster
     capacity = snap.gpu_capacity_milli()
     if capacity == 0:
         raise ModelError(f"workload {workload.name}", "the cluster has no GPUs to pack")
     tasks = task_list(originals, seed, capacity, tune)
+    arrived_milli = [p.gpu.total_milli for p in tasks]
+    if claims:
+        dra = as_claims(nodes, tasks)
+        snap = ClusterSnapshot.build(nodes, device_classes=dra.classes, slices=dra.slices, claims=dra.claims).owned()
+        cluster = snap.cluster
+        tasks = list(dra.pods)
     frag_model = FragModel(cluster, tasks_m)
     frag = frag_model.nodes(snap.usage, np.arange(cluster.n_nodes))
     frag_total = float(frag.sum())
@@ -97,7 +106,7 @@ def run(workload: Workload, policy: str, seed: int, *, tune: float = 1.3) -> Fgd
     placed = 0
     for i, pod in enumerate(tasks):
         result = schedule(snap, (pod,), profile, now=float(i), rng=rng)
-        arrived += pod.gpu.total_milli
+        arrived += arrived_milli[i]
         if result.binds:
             bind = result.binds[0]
             snap = snap.advance(result.binds)
