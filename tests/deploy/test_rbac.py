@@ -33,6 +33,13 @@ SCHEDULER: set[tuple[str, str, str, str]] = {
     *((CLUSTER, "karpenter.sh", "nodepools", v) for v in ("list", "watch")),  # --karpenter: templates
     *((CLUSTER, "karpenter.sh", "nodeclaims", v) for v in ("list", "watch", "create")),  # in flight; created
     *((manifests.NAMESPACE, "coordination.k8s.io", "leases", v) for v in ("get", "create", "update")),
+    # DRA (src/gpufleet/kube/dra_cache.py, claims.py): the informers; a claim read again after a 409 and
+    # before an undo; the finalizer; allocation and reservedFor; and the synthetic resourceclaims/binding
+    # kube-apiserver checks (from 1.36) for changes to allocation or reservedFor. Updates only, no patch.
+    *((CLUSTER, "resource.k8s.io", r, v) for r in ("deviceclasses", "resourceslices") for v in ("list", "watch")),
+    *((CLUSTER, "resource.k8s.io", "resourceclaims", v) for v in ("get", "list", "watch", "update")),
+    (CLUSTER, "resource.k8s.io", "resourceclaims/status", "update"),
+    (CLUSTER, "resource.k8s.io", "resourceclaims/binding", "update"),
 }
 AGENT: set[tuple[str, str, str, str]] = {
     # src/gpufleet/kube/node_api.py: GET/PATCH nodes/N, PATCH nodes/N/status, GET pods?fieldSelector=spec.nodeName=N,

@@ -247,9 +247,16 @@ def _settled_despite_errors(c: Cluster) -> bool:
         return False  # the server is still coming back
 
 
-def assert_logged_once_per_episode(text: str, at_most: int = 20) -> None:
+SCHEDULER_INFORMERS = 7
+"""pods, nodes, podgroups, queues, deviceclasses, resourceslices, resourceclaims (kube/scheduler.py)."""
+
+
+def assert_logged_once_per_episode(text: str, at_most: int = 8 + 3 * SCHEDULER_INFORMERS) -> None:
     """Each operation's failures of one kind make one WARNING line per episode: a second one
-    comes only after the operation was logged as working again."""
+    comes only after the operation was logged as working again. A restarted kube-apiserver
+    gives each informer up to three kinds (its watch cut, 403s while RBAC's cache fills, 429s
+    while storage initialises), beside the few operations in flight: a bound that grows with
+    the informers, not with the pods."""
     assert twice_in_an_episode(text) == []
     api = [line for line in warnings(text) if re.search(r" gpufleet\.kube\.(api|informer|binder): ", line)]
     assert len(api) <= at_most, "\n".join(api)

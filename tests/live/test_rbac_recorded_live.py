@@ -12,7 +12,9 @@ two ServiceAccounts (`rbac_record.py`) and runs this module after every other te
   refuses an agent's writes to another node. Those, and only for calls deploy/ grants (so RBAC
   did not refuse them), are accepted (`PROVOKED`) and listed as such in the report;
 * every grant was used at least once. This half means something only when the whole live suite
-  ran; otherwise it is skipped, saying what was left out.
+  ran; otherwise it is skipped, saying what was left out. A grant that kube-apiserver checks
+  inside another request, and that no request names (`IMPLIED`), counts as used when that
+  request succeeded.
 
 The table of calls per component is written to reports/rbac-calls.md; docs/security.md
 ("What each component calls") gives the reason for each, and tests/deploy/test_rbac.py pins the
@@ -47,6 +49,13 @@ PROVOKED = {
         "the admission policy gpufleet-agent-own-node refuses a token bound to no node (403)",
 }
 """Tests that provoke 403s on purpose (test node id -> why): accepted there for calls deploy/ grants."""
+IMPLIED = {("resource.k8s.io", "resourceclaims/binding", "update"): ("resource.k8s.io", "resourceclaims/status", "update")}
+"""Synthetic subresources (apiGroup, resource, verb) -> the request that needs them. From Kubernetes
+1.36 (DRAResourceClaimGranularStatusAuthorization, on in the pinned v1.37.2) kube-apiserver refuses a
+claim status update that changes `allocation` or `reservedFor` unless the caller may also
+`update resourceclaims/binding`; that check is no request of its own, so the audit log never names
+it. Every status update of the scheduler's changes one of the two (kube/claims.py), so one that
+succeeded used the grant."""
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +98,20 @@ def provoked(refusal: Refusal, grants: dict[str, set[Grant]]) -> bool:
 
 
 def used(recording: Recording, component: str, grants: set[Grant]) -> set[Grant]:
-    return {g for call in recording.calls[component] if (g := grant_of(call, grants)) is not None}
+    direct = {g for call in recording.calls[component] if (g := grant_of(call, grants)) is not None}
+    return direct | implied(recording, component, grants)
+
+
+def implied(recording: Recording, component: str, grants: set[Grant]) -> set[Grant]:
+    """The `IMPLIED` grants that a successful request of the component used."""
+    out = set()
+    for call, seen in recording.calls[component].items():
+        for (group, resource, verb), needed_by in IMPLIED.items():
+            if (call.api_group, call.resource, call.verb) == needed_by and any(200 <= c < 300 for c in seen.codes):
+                grant = grant_of(Call(call.scope, group, resource, verb), grants)
+                if grant is not None:
+                    out.add(grant)
+    return out
 
 
 # -- the report --------------------------------------------------------------------------------
@@ -131,7 +153,10 @@ def _component(component: str, recording: Recording, grants: set[Grant]) -> list
     for (scope, group, resource, verb), (n, codes, namespaces) in sorted(rows.items(), key=lambda r: r[0][1:]):
         lines.append(f"| {verb} | {group or 'core'} | {resource} | {scope} | {n} | {_codes(codes)} | "
                      f"{', '.join(sorted(namespaces)) or '-'} |")
-    unused = sorted(grants - set(rows))
+    checked = implied(recording, component, grants)
+    unused = sorted(grants - set(rows) - checked)
+    lines += [*(f"| {v} | {g or 'core'} | {r} | {s} | - | checked inside {IMPLIED[(g, r, v)][2]} {IMPLIED[(g, r, v)][1]} | - |"
+                for s, g, r, v in sorted(checked - set(rows)))]
     lines += ["", "Granted and not used: " + (", ".join(f"{v} {g or 'core'} {r} ({s})" for s, g, r, v in unused)
                                                or "none") + ".", ""]
     if other:

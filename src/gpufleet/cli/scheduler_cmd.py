@@ -103,6 +103,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--karpenter-release-after", type=float, default=30.0,
                    metavar="SECONDS", help="a guarded GPU node loses karpenter.sh/do-not-disrupt once its GPUs "
                                            "have been idle this long (default: %(default)s)")
+    p.add_argument("--dra-drivers", default="", metavar="DRIVERS",
+                   help="DRA drivers whose ResourceSlice pools gpufleet allocates devices from, comma-separated "
+                        "(e.g. gpu.nvidia.com,gpu.gpufleet.io; '*' for all; default: none). No other scheduler's "
+                        "pods may use their DeviceClasses (docs/dra.md)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_run)
 
@@ -182,7 +186,8 @@ def _run(args: argparse.Namespace) -> int:
     service = SchedulerService(rest, profile, ServiceSettings(
         scheduler_name=args.scheduler_name, identity=f"{identity}_{os.getpid()}" if not os.environ.get("POD_NAME")
         else identity, qps=args.qps, burst=args.burst, workers=args.workers, leader_election=lease,
-        assign=args.assign_with, faults=faults, karpenter=karpenter, assignment_keys=args.assignment_keys))
+        assign=args.assign_with, faults=faults, karpenter=karpenter, assignment_keys=args.assignment_keys,
+        dra_drivers=tuple(d.strip() for d in args.dra_drivers.split(",") if d.strip())))
     try:
         http = HealthServer(args.http_port, service.metrics, service.ready, service.leading).start()
     except OSError as exc:

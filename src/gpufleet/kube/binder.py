@@ -2,6 +2,10 @@
 
 Per bind, each request taking a token of the client's `TokenBucket`:
 
+0. a pod with DRA claims: the claims' finalizer, allocation and reservation
+   (`claims.ClaimWriter`); if that fails, what it wrote is taken back and the pod returns to
+   the queue. A Binding that certainly failed later takes them back too; one that may have
+   been applied (a lost reply, 409 already bound) leaves them, as the pod may run.
 1. (`assign="patch"` only) PATCH the pod (JSON merge patch) with its
    `gpufleet.io/gpu-assignment` annotation and the `resourceVersion` the cycle saw, so a pod
    changed meanwhile (bound by someone else, recreated) answers 409 and is not touched.
@@ -32,22 +36,24 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from gpufleet.kube.cache import SchedulerCache
+from gpufleet.kube.claims import ClaimWriteError, ClaimWriter, Written
 from gpufleet.kube.errors import KubeError, TemporaryError, api_errors
 from gpufleet.kube.events import EventRecorder
 from gpufleet.kube.metrics import Metrics
 from gpufleet.kube.ratelimit import TokenBucket
 from gpufleet.kube.rest import STRATEGIC, Rest, path
 from gpufleet.kube.retry import Retrier
-from gpufleet.kube.translate import assignment, meta
+from gpufleet.kube.translate import assignment, meta, pod_claims
 from gpufleet.model.assignment_auth import SIGNATURE_ANNOTATION, KeyDir, sign
 from gpufleet.model import NodeInfo, Placement
 from gpufleet.model import annotations as ann
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
+T = TypeVar("T")
 UNSCHEDULABLE = "Unschedulable"
 GANG_UNSCHEDULABLE = "GangUnschedulable"
 """With `--karpenter` (gangs provisioned by gpufleet): a gang member without a NodeClaim of gpufleet's
@@ -90,6 +96,8 @@ class Binder:
         """Signs each assignment for its pod (`model.assignment_auth`); None: unsigned."""
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
         self._in_order = _InOrder(self._pool)
+        self.claims = ClaimWriter(rest, cache, lambda what, fn: self._call("write resourceclaims", what, fn,
+                                                                            binding=False))
 
     def close(self) -> None:
         """Wait for the requests in flight; drop those not started."""
@@ -98,9 +106,40 @@ class Binder:
     # -- binds ------------------------------------------------------------------------------
     def bind(self, key: str, obj: Obj, p: Placement, node: NodeInfo, first_seen: float) -> Future[bool]:
         self._cache.assume(key, p)
-        return self._pool.submit(self._bind, key, obj, p, node, first_seen)
+        inflight = self.claims.expect(p)  # before any later pod of the cycle that shares one of its claims
+        return self._pool.submit(self._bind_with_claims, key, obj, p, node, first_seen, inflight)
 
-    def _bind(self, key: str, obj: Obj, p: Placement, node: NodeInfo, first_seen: float) -> bool:
+    def _bind_with_claims(self, key: str, obj: Obj, p: Placement, node: NodeInfo, first_seen: float,
+                          inflight: tuple[threading.Event, ...]) -> bool:
+        """Step 0 (the claims), then the bind; the claims taken back if the bind certainly failed."""
+        try:
+            written: list[Written] = []
+            if _has_claims(obj):
+                try:
+                    written = self.claims.reserve(obj, p, pod_claims(obj).keys, inflight)
+                except KubeError as exc:
+                    self._metrics.bind_errors.labels("claims").inc()
+                    if isinstance(exc, ClaimWriteError):
+                        log.info("pod %s: %s; scheduling it again", key, exc)
+                    else:
+                        self._retrier.failed("write resourceclaims", exc)  # an outage: once per kind
+                    self._cache.forget(key)
+                    return False
+                except Exception:  # a bug or an object shaped unlike the API's: never a stuck assumption
+                    log.exception("pod %s: writing its resourceclaims failed; scheduling it again", key)
+                    self._cache.forget(key)
+                    return False
+            bound = self._bind(key, obj, p, node, first_seen)
+            if bound is None:
+                self.claims.undo(str(meta(obj).get("uid", "")), written)
+                self._cache.forget(key)  # queued again only once its claims are as before
+            return bool(bound)
+        finally:
+            self.claims.settled(p, inflight)
+
+    def _bind(self, key: str, obj: Obj, p: Placement, node: NodeInfo, first_seen: float) -> bool | None:
+        """True when bound; False when it may be bound (the devices stay assumed until the watch
+        shows it); None when it certainly is not (the caller takes the claims back and requeues)."""
         m = meta(obj)
         text = ann.encode_assignment(assignment(p, node))
         annotations = {ann.ASSIGNMENT_ANNOTATION: text}
@@ -126,18 +165,16 @@ class Binder:
                 # Already bound: by an earlier try of ours whose reply was lost, or by someone
                 # else. Not retried; the devices stay assumed until the watch shows the truth.
                 self._cache.finish_binding(key)
-            else:
-                self._cache.forget(key)  # the pod changed before we touched it: schedule it again
-            return False
+                return False
+            return None  # the pod changed before we touched it: schedule it again
         except KubeError as exc:
             self._metrics.bind_errors.labels(exc.kind).inc()
             # An earlier try whose reply was lost may have bound the pod, whatever the last try
             # got (kube-apiserver killed mid-bind, then 403s while its RBAC cache fills).
             if any(_reply_lost(kind) for kind in failed) or self._maybe_bound(key, obj, exc):
                 self._cache.finish_binding(key)  # the server may have bound it: wait for the watch
-            else:
-                self._cache.forget(key)
-            return False
+                return False
+            return None
         self._cache.finish_binding(key)
         self._metrics.binds.inc()
         self._metrics.e2e.observe(max(0.0, self._clock() - first_seen))
@@ -164,15 +201,15 @@ class Binder:
             return True
         return bool((current.get("spec") or {}).get("nodeName"))
 
-    def _call(self, kind: str, what: str, fn: Callable[[], object], *, binding: bool = True,
-              failed: list[str] | None = None) -> None:
+    def _call(self, kind: str, what: str, fn: Callable[[], T], *, binding: bool = True,
+              failed: list[str] | None = None) -> T:
         """One request under the QPS budget; retried on 5xx/429/timeouts, never on 409.
 
         `kind` ("bind pods") keys the Retrier's logging, so an outage during which every bind
         fails is one warning, not one per pod; `what` names the pod in the message. The kind
         of each retried failure is appended to `failed`.
         """
-        def once() -> object:
+        def once() -> T:
             self._bucket.acquire()
             try:
                 with api_errors(what):
@@ -183,7 +220,7 @@ class Binder:
                 if failed is not None:
                     failed.append(exc.kind)
                 raise
-        self._retrier.call(kind, once)
+        return self._retrier.call(kind, once)
 
     # -- unschedulable pods -----------------------------------------------------------------
     def mark_unschedulable(self, key: str, obj: Obj, message: str, reason: str = UNSCHEDULABLE,
@@ -321,6 +358,10 @@ CLEAN_FAILURES = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout", "Un
 def _reply_lost(kind: str) -> bool:
     """A transport failure after the request may have reached the server (a timeout, a reset)."""
     return not kind.startswith("HTTP ") and kind not in CLEAN_FAILURES
+
+
+def _has_claims(obj: Obj) -> bool:
+    return bool((obj.get("spec") or {}).get("resourceClaims"))
 
 
 def _devices(text: str) -> str:

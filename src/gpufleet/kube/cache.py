@@ -19,6 +19,12 @@ bind is still pending and is simply scheduled again (the annotation is overwritt
 Bound pods that carry no assignment (placed by another scheduler through NVIDIA's device
 plugin, say) still hold GPUs: the snapshot gives them the lowest free devices of their node
 (whole GPUs or MIG slices), so gpufleet never counts those GPUs as free.
+
+**DRA** (`dra_cache`): the devices of the complete pools of gpufleet's drivers join the
+`Cluster` (rebuilt when slices change, as when nodes do). A bound pod's placement carries its
+allocated claims reserved for it alone, so evicting it frees them; every other allocated claim
+is held by the snapshot itself. The claims of assumed placements show as allocated until the
+writes echo back, so no later cycle allocates them again.
 """
 
 from __future__ import annotations
@@ -34,9 +40,11 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from gpufleet.kube import translate
+from gpufleet.kube.dra_cache import DraCache
 from gpufleet.model import (GPU_MILLI, Cluster, ClusterSnapshot, GpuKind, ModelError, NodeInfo, Placement,
                             PodGroup, PodSpec, PodUid, Queue, Usage)
 from gpufleet.model.annotations import SCHEDULER_NAME
+from gpufleet.model.dra import DraState
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
@@ -54,6 +62,7 @@ class Pending:
     seen: float = 0.0
     """When the pod was created, on this process's monotonic clock: when its watch event
     arrived, or for pods found by a list, estimated from `creationTimestamp`."""
+    claims: translate.PodClaims = translate.PodClaims()
 
 
 @dataclass(slots=True)
@@ -88,7 +97,7 @@ class _Assumed:
 
 class SchedulerCache:
     def __init__(self, scheduler_name: str = SCHEDULER_NAME, *, assume_ttl_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, dra_drivers: Iterable[str] = ()) -> None:
         self.scheduler_name = scheduler_name
         self.assume_ttl_s = assume_ttl_s
         self._clock = clock
@@ -105,6 +114,8 @@ class SchedulerCache:
         self._finished: dict[str, tuple[str, str]] = {}
         """Terminal gang members: pod key -> (group key, phase), for the PodGroup status."""
         self._counted: _Counted | None = None
+        self._dra = DraCache(dra_drivers, self._once)
+        self._dra_problems: tuple[str, ...] = ()
 
     # -- change notification --------------------------------------------------------------
     def _changed(self) -> None:
@@ -234,7 +245,7 @@ class SchedulerCache:
         if translate.scheduling_gated(obj):
             return Pending(key, obj, None, "", gated=True, seen=seen)
         try:
-            return Pending(key, obj, translate.pod_spec(obj), seen=seen)
+            return Pending(key, obj, translate.pod_spec(obj), seen=seen, claims=translate.pod_claims(obj))
         except ModelError as exc:
             return Pending(key, obj, None, str(exc), seen=seen)
 
@@ -305,6 +316,59 @@ class SchedulerCache:
     def queues(self) -> tuple[Queue, ...]:
         with self._cond:
             return tuple(self._queues.values())
+
+    # -- DRA objects (the informers' handlers; see dra_cache) --------------------------------
+    def upsert_slice(self, obj: Obj) -> None:
+        self._dra_event(self._dra.upsert_slice, obj, pools=True)
+
+    def delete_slice(self, obj: Obj) -> None:
+        self._dra_event(self._dra.delete_slice, obj, pools=True)
+
+    def replace_slices(self, objs: Iterable[Obj]) -> None:
+        self._dra_event(self._dra.replace_slices, list(objs), pools=True)
+
+    def upsert_class(self, obj: Obj) -> None:
+        self._dra_event(self._dra.upsert_class, obj)
+
+    def delete_class(self, obj: Obj) -> None:
+        self._dra_event(self._dra.delete_class, obj)
+
+    def replace_classes(self, objs: Iterable[Obj]) -> None:
+        self._dra_event(self._dra.replace_classes, list(objs))
+
+    def upsert_claim(self, obj: Obj) -> None:
+        """From the informer, and from the claim writer with what the API server returned."""
+        self._dra_event(self._dra.upsert_claim, obj)
+
+    def delete_claim(self, obj: Obj) -> None:
+        self._dra_event(self._dra.delete_claim, obj)
+
+    def replace_claims(self, objs: Iterable[Obj]) -> None:
+        self._dra_event(self._dra.replace_claims, list(objs))
+
+    def _dra_event(self, handle: Callable[[Any], bool], arg: Any, *, pools: bool = False) -> None:
+        with self._cond:
+            if handle(arg):
+                if pools:
+                    self._cluster = None
+                self._changed()
+
+    def claim_object(self, key: str) -> Obj | None:
+        """The claim as the API server last returned it (None if unknown)."""
+        with self._cond:
+            return self._dra.claim_object(key)
+
+    def claims_unready(self, p: Pending) -> str | None:
+        """Why `p`'s claims keep it from the core now (see `DraCache.unready`), or None."""
+        if p.spec is None or not (p.claims.keys or p.claims.missing):
+            return None
+        with self._cond:
+            return self._dra.unready(p.key, p.spec.uid, p.claims)
+
+    def foreign_drivers(self) -> list[str]:
+        """Drivers with ResourceSlices whose pools are not gpufleet's."""
+        with self._cond:
+            return sorted(self._dra.foreign)
 
     def group(self, key: str) -> PodGroup | None:
         with self._cond:
@@ -377,12 +441,16 @@ class SchedulerCache:
         with self._cond:
             self._expire()
             if self._cluster is None:
-                self._cluster = Cluster(list(self._nodes.values()))
+                self._cluster = self._build_cluster()
             cluster = self._cluster
+            claims = self._dra.view(a for x in self._assumed.values() for a in x.placement.claims)
             want: dict[PodUid, Placement] = {}
             for b in self._bound.values():
                 if b.placement is not None and not b.needs_devices:
-                    want.setdefault(b.placement.pod, b.placement)
+                    p = b.placement
+                    if b.spec.claims:
+                        p = dataclasses.replace(p, claims=self._dra.held_by(b.spec.uid, b.spec.claims, claims))
+                    want.setdefault(p.pod, p)
             for a in self._assumed.values():
                 want.setdefault(a.placement.pod, a.placement)
             unassigned = [b for b in self._bound.values() if b.placement is not None and b.needs_devices]
@@ -390,11 +458,26 @@ class SchedulerCache:
             counted = self._sync_counted(cluster, want)
             usage = counted.usage.copy()
             placements = dict(counted.placements)
+            held = self._dra.held(claims, {a.claim for p in placements.values() for a in p.claims})
+            dra = DraState(self._dra.classes(), claims, self._dra_problems)
         for b in unassigned:
             assert b.placement is not None
             p = _claim_devices(cluster, usage, b.placement, b.spec)
             self._hold(cluster, usage, placements, p)
-        return ClusterSnapshot(cluster, usage, MappingProxyType(placements), MappingProxyType(groups))
+        if held:
+            for line in usage.hold_claims(held):
+                self._once(f"held/{line}", f"{line}: not counted")
+        return ClusterSnapshot(cluster, usage, MappingProxyType(placements), MappingProxyType(groups), dra)
+
+    def _build_cluster(self) -> Cluster:
+        """The nodes and the devices of the complete pools of gpufleet's drivers; each pool left
+        out is logged once (called under the lock)."""
+        complete, problems = self._dra.pools()
+        cluster = Cluster(list(self._nodes.values()), complete)
+        self._dra_problems = (*problems, *cluster.devices.problems)
+        for line in self._dra_problems:
+            self._once(f"pool/{line}", line)
+        return cluster
 
     def _sync_counted(self, cluster: Cluster, want: dict[PodUid, Placement]) -> _Counted:
         """The usage of exactly the placements in `want`, as a rebuild in `want`'s order would give.

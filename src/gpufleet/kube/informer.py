@@ -13,6 +13,9 @@ The loop of one informer (client-go's Reflector, simplified):
    (0.25 s doubling to 30 s, jittered) and watch again; after three failures in a row,
    relist. The first failure of an episode is one warning, repeats are debug lines, and
    recovery is one info line: an outage gives a handful of lines, not one per pod.
+5. A LIST answered 404 means the API server does not serve the resource (a CRD not
+   installed, `resource.k8s.io/v1` before Kubernetes 1.34): `absent` is set, so a caller may
+   treat the resource as empty, and the list is retried with backoff in case it appears.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ class Informer:
         self._rest, self._stop, self._params = rest, stop, dict(params or {})
         self.settings = settings
         self.synced = threading.Event()
+        self.absent = threading.Event()
+        """Set when a LIST was answered 404: the server does not serve this resource (yet)."""
         self.relists = 0
         self._rng = rng or random.Random()
         self._version: str | None = None
@@ -127,6 +132,8 @@ class Informer:
 
     def _failed(self, exc: KubeError) -> None:
         gone = exc.kind == "HTTP 410"
+        if exc.kind == "HTTP 404" and self._version is None:
+            self.absent.set()
         self._failures += 1
         if gone or self._failures >= 3:
             self._version = None  # relist: 410 says our version is too old; after errors, be safe

@@ -1,6 +1,7 @@
 """`SchedulerService`: the live scheduler, a loop of cycles over the informers' cache.
 
-Threads: one informer each for pods, nodes, PodGroups and Queues; the leader elector (when
+Threads: one informer each for pods, nodes, PodGroups and Queues, and for DRA's DeviceClasses,
+ResourceSlices and ResourceClaims; the leader elector (when
 enabled); a pool of binder workers; event senders; the HTTP server; and the main thread,
 which runs the cycles. Sync threads rather than asyncio: the core is CPU-bound NumPy work
 that would block an event loop anyway, lightkube's sync client is what the agent already
@@ -10,9 +11,11 @@ well.
 A cycle, when the cache changed (and at least every `resync_s`), on the leader only:
 
 1. pending pods: gated ones get `SchedulingGated`, invalid requests `Unschedulable` with the
-   parse error, the rest go to the core;
+   parse error, pods whose claims are not ready (a template's claim not created yet, one not
+   made for the pod) `Unschedulable` with why, the rest go to the core;
 2. `schedule(snapshot, pending, profile, now, rng)`;
-3. binds are assumed in the cache and handed to the binder; unschedulable pods get their
+3. binds are assumed in the cache and handed to the binder (which writes their DRA claims
+   first, `kube/claims.py`); unschedulable pods get their
    condition (only when it changed) and a rate-limited `FailedScheduling` event; evictions go
    to the Eviction API;
 4. PodGroup status and the gauges are refreshed.
@@ -61,6 +64,7 @@ from gpufleet.model.assignment_auth import KeyDir
 log = logging.getLogger(__name__)
 PODGROUPS = "scheduling.x-k8s.io/v1alpha1"
 QUEUES = "gpufleet.io/v1alpha1"
+RESOURCE = "resource.k8s.io/v1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,11 @@ class ServiceSettings:
     """None: no Karpenter integration (`--karpenter` off)."""
     assignment_keys: Path | None = None
     """Where the assignment-signing key ring is (`--assignment-keys`, a mounted Secret); None: unsigned."""
+    dra_drivers: tuple[str, ...] = ()
+    """The DRA drivers whose pools gpufleet allocates devices from (`*`: every driver). Empty:
+    none, so a claim can only be placed once someone else allocated it. Two allocators on one
+    pool can give a device to two claims, so list only drivers whose DeviceClasses no other
+    scheduler's pods use (docs/dra.md, "On the real control plane")."""
 
 
 class SchedulerService:
@@ -101,7 +110,7 @@ class SchedulerService:
                  metrics: Metrics | None = None) -> None:
         self.rest, self.settings, self.profile_settings = rest, settings, profile
         self.metrics = metrics or Metrics()
-        self.cache = SchedulerCache(settings.scheduler_name)
+        self.cache = SchedulerCache(settings.scheduler_name, dra_drivers=settings.dra_drivers)
         self.stop_event = threading.Event()
         self.retrier = Retrier(settings.retry, logging.getLogger("gpufleet.kube.api"))
         self.bucket = TokenBucket(settings.qps, settings.burst)
@@ -140,6 +149,12 @@ class SchedulerService:
                      Handler(c.replace_groups, c.upsert_group, c.delete_group), stop),
             Informer(self.rest, "queues", path(QUEUES, "queues"),
                      Handler(c.replace_queues, c.upsert_queue, c.delete_queue), stop),
+            Informer(self.rest, "deviceclasses", path(RESOURCE, "deviceclasses"),
+                     Handler(c.replace_classes, c.upsert_class, c.delete_class), stop),
+            Informer(self.rest, "resourceslices", path(RESOURCE, "resourceslices"),
+                     Handler(c.replace_slices, c.upsert_slice, c.delete_slice), stop),
+            Informer(self.rest, "resourceclaims", path(RESOURCE, "resourceclaims"),
+                     Handler(c.replace_claims, c.upsert_claim, c.delete_claim), stop),
         ]
 
     # Nodes feed the cache and, as raw objects, the fault follower (conditions, taints) and the
@@ -167,7 +182,11 @@ class SchedulerService:
             self.cache.poke()
 
     def synced(self) -> bool:
-        return all(i.synced.is_set() for i in self.informers[:2])  # CRDs may be absent: not required
+        """Pods and nodes listed, and the DRA objects unless the server does not serve them: a
+        cycle without the allocated claims would count their devices (and linked GPUs) as free.
+        The CRDs (PodGroups, Queues) may be absent: not required."""
+        return all(i.synced.is_set() for i in self.informers[:2]) and \
+            all(i.synced.is_set() or i.absent.is_set() for i in self.informers[4:7])
 
     def leading(self) -> bool:
         return self.elector is None or self.elector.leading.is_set()
@@ -265,6 +284,8 @@ class SchedulerService:
             elif p.spec is None:
                 self._report(p, p.error, UNSCHEDULABLE)
                 self.metrics.attempts.labels("error").inc()
+            elif (waiting := self.cache.claims_unready(p)) is not None:
+                self._report(p, waiting, UNSCHEDULABLE)
             else:
                 specs.append(p.spec)
                 by_uid[p.spec.uid] = p
@@ -291,7 +312,7 @@ class SchedulerService:
                                                       profile, wall)
                              if self.karpenter is not None and result.unschedulable else {})
             for uid, status in result.unschedulable.items():
-                self._report_unschedulable(by_uid[uid], status.message or "no reason given")
+                self._report_unschedulable(by_uid[uid], self._with_dra_hint(by_uid[uid], status.message))
             self.metrics.attempts.labels("unschedulable").inc(len(result.unschedulable))
             self._evict(result.evictions)
             self._nominate(result.nominated, result.evictions, by_uid)
@@ -322,6 +343,16 @@ class SchedulerService:
             return set(unschedulable)
         gang = {p.uid for p in specs if p.pod_group}
         return {u for u in unschedulable if u not in gang}
+
+    def _with_dra_hint(self, p: Pending, message: str) -> str:
+        """The core's reason; for a pod with claims, which drivers' devices gpufleet does not
+        allocate from, when there are any (a class of theirs matches nothing gpufleet sees)."""
+        message = message or "no reason given"
+        foreign = self.cache.foreign_drivers() if p.spec is not None and p.spec.claims else []
+        if foreign and "resourceclaim" in message:
+            message += (f" (ResourceSlices of {', '.join(foreign)} are not gpufleet's to allocate: "
+                        "not among its DRA drivers)")
+        return message
 
     def _report_unschedulable(self, p: Pending, message: str) -> None:
         """Unschedulable, or waiting for a NodeClaim of gpufleet's (`nominatedNodeName` set, which makes

@@ -12,12 +12,16 @@
   annotation (device UUIDs -> indices on the node); a GPU pod bound by another scheduler has
   no assignment and gets its devices chosen by the cache (see `cache`).
 * `pod_group(obj)`, `queue(obj)`: the scheduler-plugins PodGroup and the gpufleet Queue CRs.
+* `pod_claims(pod)`: the pod's DRA ResourceClaims (`spec.resourceClaims`): a named claim
+  directly, a template's claim by the name kube-controller-manager recorded in
+  `status.resourceClaimStatuses` once it created it; until then the entry is `missing`.
 
 Pod groups are keyed `namespace/name` (a PodGroup's pods live in its namespace).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from types import MappingProxyType
@@ -105,7 +109,52 @@ def pod_spec(pod: Obj) -> PodSpec:
         queue=labels.get(queues.QUEUE_LABEL, queues.DEFAULT_QUEUE),
         pod_group=f"{ns}/{group}" if group else None,
         preemptible=annotations.get(queues.PREEMPTIBLE_ANNOTATION, "true").lower() != "false",
-        created_s=created_s(pod))
+        created_s=created_s(pod), claims=pod_claims(pod).keys)
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaims:
+    """A pod's ResourceClaims as `namespace/name`."""
+
+    keys: tuple[str, ...] = ()
+    """Every claim the pod names or that was generated for it, in `spec.resourceClaims` order."""
+    templated: tuple[str, ...] = ()
+    """Those generated from a ResourceClaimTemplate: they must be owned by the pod."""
+    missing: tuple[str, ...] = ()
+    """`spec.resourceClaims` entries (`name (template t)`) whose claim is not created yet."""
+
+
+def pod_claims(pod: Obj) -> PodClaims:
+    """The pod's claims; raises ModelError for an entry naming neither a claim nor a template.
+
+    A template entry whose status entry has no `resourceClaimName` needs no claim (the API's
+    rule: "generating a ResourceClaim was not necessary") and is left out."""
+    m, spec = meta(pod), pod.get("spec") or {}
+    ns, name = str(m.get("namespace") or "default"), str(m.get("name", ""))
+    generated: dict[str, object] = {}
+    for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
+        if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+            generated[entry["name"]] = entry.get("resourceClaimName")
+    keys: list[str] = []
+    templated: list[str] = []
+    missing: list[str] = []
+    for i, entry in enumerate(spec.get("resourceClaims") or ()):
+        where = f"pod {ns}/{name}: spec.resourceClaims[{i}]"
+        if not isinstance(entry, Mapping):
+            raise ModelError(where, f"expected an object, got {type(entry).__name__}")
+        direct, template = entry.get("resourceClaimName"), entry.get("resourceClaimTemplateName")
+        if bool(direct) == bool(template):
+            raise ModelError(where, "exactly one of resourceClaimName or resourceClaimTemplateName is required")
+        if direct:
+            keys.append(f"{ns}/{direct}")
+            continue
+        entry_name = str(entry.get("name", ""))
+        if entry_name not in generated:
+            missing.append(f"{entry_name} (template {template})")
+        elif generated[entry_name]:
+            keys.append(f"{ns}/{generated[entry_name]}")
+            templated.append(keys[-1])
+    return PodClaims(tuple(keys), tuple(templated), tuple(missing))
 
 
 def _requests(spec: Obj, where: str) -> tuple[int, int, dict[str, int]]:
