@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any, Iterable, Sequence
 
+import numpy as np
 import pytest
 
 from gpufleet.core.context import QueueContext
@@ -334,3 +336,100 @@ def test_a_pod_asking_gpus_and_a_claim_gets_other_gpus_for_the_claim() -> None:
     claimed = {int(d.device.split("-")[1]) for a in bind.claims for d in a.devices}
     assert len(set(bind.gpus)) == 2 and len(claimed) == 2 and not claimed & set(bind.gpus)
     assert _run(_snap([gpu_node("a", gpus=3)], [gpu_slice("a", gpus=3)], [c]), [pod]).binds == ()
+
+
+# -- the allocator's parts, directly -----------------------------------------------------------
+
+def _allocator(snap: ClusterSnapshot) -> Any:
+    from gpufleet.core.claims import ClaimAllocator
+    return ClaimAllocator(snap)
+
+
+def test_free_device_counts_follow_any_usage_they_are_asked_about() -> None:
+    """The counts are kept per request shape across a cycle and brought up to date from the node
+    stamps: after a few nodes changed, after most of them changed, and back."""
+    nodes = [gpu_node(f"n{i:03d}", gpus=2) for i in range(100)]
+    c = claim("c", [exactly()])
+    snap = _snap(nodes, [gpu_slice(n.name, gpus=2) for n in nodes], [c])
+    alloc = _allocator(snap)
+    matching = alloc.matching(c, c.requests[0].alternatives[0])
+
+    def brute(usage: Any) -> list[int]:
+        t = snap.cluster.devices
+        return np.bincount(t.node[matching & usage.dev_free], minlength=100).tolist()  # type: ignore[no-any-return]
+
+    def held(names: Sequence[str], k: int) -> list[Placement]:
+        return [Placement(PodUid(f"default/h{k}-{n}"), NodeName(n), 0, 0, (0,), 1000, 80 * 1024) for n in names]
+    few = snap.apply(held(["n003", "n050"], 1))
+    most = few.apply(held([f"n{i:03d}" for i in range(10, 90)], 2))
+    for usage in (snap.usage, few.usage, most.usage, snap.usage, few.usage):
+        free, total = alloc._counts(matching, usage)
+        assert free.tolist() == brute(usage)
+        assert total.tolist() == [2] * 100
+
+
+def test_a_device_every_node_reaches_is_counted_on_each_and_pins_no_node() -> None:
+    net = ResourceSlice("fabric", "net.example.com", "fabric", 1, 1, None,
+                        tuple(replace(d, name=f"nic-{k}") for k, d in enumerate(node_slice(
+                            "x", [gpu_device("x", 0)], driver="net.example.com").devices * 2)))
+    assert net.node is None
+    nic = DeviceClass("nic.example.com", ("device.driver == 'net.example.com'",))
+    claims = [claim("one", [exactly(device_class="nic.example.com")]),
+              claim("three", [exactly(device_class="nic.example.com", count=3)])]
+    snap = _snap([plain_node("a"), plain_node("b")], [net], claims, classes=[nic])
+    result = _run(snap, [_pod("p", "one"), _pod("q", "three")])
+    (bind,) = result.binds
+    assert bind.claims[0].node is None and bind.claims[0].devices[0].pool == "fabric"
+    assert "no node has 3 device(s) of class nic.example.com (at most 1 free on a node; 2 match in the cluster)" \
+        in _why(result)["q"]
+
+
+@pytest.mark.parametrize(("requests", "expected"), [
+    ({"share": "650m"}, (650, 0)),
+    ({"share": "500m", "memory": "1500Ki"}, (500, 2)),  # memory rounded up to whole MiB
+    ({"share": "1"}, None),  # a whole GPU is not a share
+    ({"share": "0.0005"}, None),  # not a whole number of GPU-milli
+    ({"share": "250m", "decoders": "1"}, None),  # a capacity a GPU share does not model
+    ({"memory": "10Gi"}, None),  # no share named
+])
+def test_a_share_claim_amounts_to_a_gpu_fraction_only_when_it_is_one(requests: dict[str, str],
+                                                                    expected: tuple[int, int] | None) -> None:
+    shared = node_slice("a", [gpu_device("a", m, shared=True) for m in range(2)])
+    shared = replace(shared, devices=tuple(replace(d, capacity={**d.capacity, "gpu.nvidia.com/share": replace(
+        d.capacity["gpu.nvidia.com/memory"], value=Decimal(1))}) for d in shared.devices))
+    c = claim("c", [exactly(capacity={"requests": requests})])
+    alloc = _allocator(_snap([gpu_node("a", gpus=2)], [shared], [c]))
+    got = alloc.as_gpus(_pod("p", "c"))
+    assert (None if got is None else (got.milli, got.mem_mib)) == expected
+    two = claim("c", [exactly(count=2, capacity={"requests": {"share": "500m"}})])
+    assert _allocator(_snap([gpu_node("a", gpus=2)], [shared], [two])).as_gpus(_pod("p", "c")) is None
+
+
+def test_two_requests_of_one_claim_never_overcommit_a_shared_device_between_them() -> None:
+    devices = [gpu_device("a", m, shared=True) for m in range(2)]
+    c = claim("c", [exactly("x", capacity={"requests": {"memory": "50Gi"}}),
+                    exactly("y", capacity={"requests": {"memory": "50Gi"}})])
+    result = _run(_snap([gpu_node("a", gpus=2)], [node_slice("a", devices)], [c]), [_pod("p", "c")])
+    assert sorted(d for _, _, d in _devices(result)["p"]) == ["a/gpu-0", "a/gpu-1"]
+    one = node_slice("a", devices[:1])
+    assert _run(_snap([gpu_node("a", gpus=1)], [one], [c]), [_pod("p", "c")]).binds == ()
+
+
+def test_reasons_name_all_mode_and_selectors_and_a_node_gone() -> None:
+    everything = claim("all", [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}}])
+    picky = claim("picky", [exactly(count=9, selectors=[{"cel": {"expression": "device.attributes['gpu.nvidia.com'].type == 'gpu'"}}])])
+    gone = claim("gone", [exactly()], status=_allocated("x", "elsewhere", ["gpu-0"]))
+    held = claim("old", [exactly()], status=_allocated("old", "a", ["gpu-0"]))
+    snap = _snap([gpu_node("a", gpus=2)], [gpu_slice("a", gpus=2)], [everything, picky, gone, held])
+    why = _why(_run(snap, [_pod("p", "all"), _pod("q", "picky"), _pod("r", "gone")]))
+    assert "request gpu: no node has all matching devices of one node of class gpu.nvidia.com (at most 1 free" in why["p"]
+    assert "no node has 9 device(s) of class gpu.nvidia.com matching its selectors (at most 1 free" in why["q"]
+    assert "resourceclaim default/gone is allocated on a node that is not in the cluster" in why["r"]
+
+
+def test_pods_whose_claims_ask_alike_share_a_failure_and_others_do_not() -> None:
+    claims = [claim(f"t{k}", [exactly(count=9)]) for k in range(2)] + [claim("small", [exactly()])]
+    snap = _snap([gpu_node("a")], [gpu_slice("a")], claims)
+    result = _run(snap, [_pod("p0", "t0", created=0), _pod("p1", "t1", created=1), _pod("s", "small", created=2)])
+    assert result.unschedulable[PodUid("default/p0")] is result.unschedulable[PodUid("default/p1")]
+    assert [b.pod for b in result.binds] == ["default/s"]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -300,7 +300,7 @@ class ClaimAllocator:
         memory = asked.pop("memory", Decimal(0))
         if asked or share is None or not 0 < share < 1 or share * GPU_MILLI != int(share * GPU_MILLI):
             return None
-        return gpu_fraction(int(share * GPU_MILLI), -int(-memory // MIB))
+        return gpu_fraction(int(share * GPU_MILLI), int((memory / MIB).to_integral_value(ROUND_CEILING)))
 
     def _linked(self, matching: Bool) -> tuple[bool, bool]:
         """Whether the devices of `matching` (some, all linked to GPUs, untainted, without counters)
@@ -381,12 +381,12 @@ class ClaimAllocator:
                         if isinstance(matching, str):
                             parts.append(matching)
                             continue
-                        free, total = self._counts(matching, usage)
+                        free, _ = self._counts(matching, usage)
                         want = "all matching devices of one node" if sub.mode == "All" else f"{sub.count} device(s)"
                         parts.append(f"{want} of class {sub.device_class}"
                                      + (" matching its selectors" if sub.selectors else "")
                                      + f" (at most {int(free.max(initial=0))} free on a node; "
-                                     f"{int(total.sum())} match in the cluster)")
+                                     f"{int(matching.sum())} match in the cluster)")
                     return f"resourceclaim {claim.key}: request {request.name}: no node has " + "; or ".join(parts)
         return None
 
