@@ -433,3 +433,43 @@ def test_pods_whose_claims_ask_alike_share_a_failure_and_others_do_not() -> None
     result = _run(snap, [_pod("p0", "t0", created=0), _pod("p1", "t1", created=1), _pod("s", "small", created=2)])
     assert result.unschedulable[PodUid("default/p0")] is result.unschedulable[PodUid("default/p1")]
     assert [b.pod for b in result.binds] == ["default/s"]
+
+
+def test_capacity_asked_of_an_exclusive_device_is_a_minimum_it_must_have() -> None:
+    c_big, c_ok = (claim("big", [exactly(capacity={"requests": {"memory": "100Gi"}})]),
+                   claim("ok", [exactly(capacity={"requests": {"memory": "80Gi"}})]))
+    result = _run(_snap([gpu_node("a")], [gpu_slice("a")], [c_big, c_ok]), [_pod("p", "big"), _pod("q", "ok")])
+    assert list(_devices(result)) == ["q"] and "p" in _why(result)
+
+
+def test_a_constraint_across_requests_backtracks_from_the_tightest_group() -> None:
+    """x alone fits best in domain x (two free), but then y's two devices cannot match it: x goes to y's domain."""
+    devices = [gpu_device("a", m, domain="x" if m < 3 else "y") for m in range(6)]
+    held = claim("old", [exactly()], status=_allocated("old", "a", ["gpu-0"]))
+    c = claim("c", [exactly("one"), exactly("two", count=2)],
+              constraints=[{"requests": ["one", "two"], "matchAttribute": "gpu.gpufleet.io/nvlinkDomain"}])
+    result = _run(_snap([gpu_node("a", gpus=6)], [node_slice("a", devices)], [held, c]), [_pod("p", "c")])
+    got = {(r, d) for _, r, d in _devices(result)["p"]}
+    assert len(got) == 3
+    assert {d for _, d in got} <= {"a/gpu-3", "a/gpu-4", "a/gpu-5"}
+
+
+def test_distinct_attribute_holds_across_requests() -> None:
+    devices = [gpu_device("a", m) for m in range(3)]
+    for d, numa in zip(devices, (0, 0, 1)):
+        d["attributes"]["resource.kubernetes.io/numaNode"] = {"int": numa}
+    c = claim("c", [exactly("one"), exactly("two")],
+              constraints=[{"requests": ["one", "two"], "distinctAttribute": "resource.kubernetes.io/numaNode"}])
+    result = _run(_snap([gpu_node("a", gpus=3)], [node_slice("a", devices)], [c]), [_pod("p", "c")])
+    assert _devices(result) == {"p": [("c", "one", "a/gpu-0"), ("c", "two", "a/gpu-2")]}
+
+
+def test_an_allocation_with_a_node_local_device_pins_that_node() -> None:
+    fabric = ResourceSlice("fabric", "net.example.com", "fabric", 1, 1, None, (
+        replace(node_slice("x", [gpu_device("x", 0)], driver="net.example.com").devices[0], name="nic-0"),))
+    nic = DeviceClass("nic.example.com", ("device.driver == 'net.example.com'",))
+    c = claim("c", [exactly("gpu"), exactly("nic", device_class="nic.example.com")])
+    snap = _snap([gpu_node("a", gpus=1)], [gpu_slice("a", gpus=1), fabric], [c], classes=[*nvidia_classes(), nic])
+    (bind,) = _run(snap, [_pod("p", "c")]).binds
+    assert bind.claims[0].node == "a"
+    assert [f"{d.pool}/{d.device}" for d in bind.claims[0].devices] == ["a/gpu-0", "fabric/nic-0"]
