@@ -473,3 +473,58 @@ def test_an_allocation_with_a_node_local_device_pins_that_node() -> None:
     (bind,) = _run(snap, [_pod("p", "c")]).binds
     assert bind.claims[0].node == "a"
     assert [f"{d.pool}/{d.device}" for d in bind.claims[0].devices] == ["a/gpu-0", "fabric/nic-0"]
+
+
+def test_a_tainted_device_is_left_out_unless_the_request_tolerates_it() -> None:
+    devices = [gpu_device("a", m) for m in range(2)]
+    devices[0]["taints"] = [{"key": "gpufleet.io/unhealthy", "value": "true", "effect": "NoSchedule"}]
+    devices[1]["taints"] = [{"key": "note", "value": "x", "effect": "None"}]  # informational: no effect
+    plain = claim("plain", [exactly(count=2)])
+    tolerant = claim("tolerant", [exactly(count=2, tolerations=[{"key": "gpufleet.io/unhealthy", "operator": "Exists"}])])
+    snap = _snap([plain_node("a")], [node_slice("a", devices)], [plain, tolerant])
+    assert _run(snap, [_pod("p", "plain")]).binds == ()
+    assert [d for _, _, d in _devices(_run(snap, [_pod("q", "tolerant")]))["q"]] == ["a/gpu-0", "a/gpu-1"]
+
+
+def test_two_requests_of_one_claim_never_take_overlapping_mig_placements() -> None:
+    c = claim("c", [replace_name(_mig(4), "big"), replace_name(_mig(1), "small")])
+    snap = _snap([gpu_node("a", gpus=1)], [_partitioned("a", 1)], [c])
+    result = _run(snap, [_pod("p", "c")])
+    assert [d for _, _, d in _devices(result)["p"]] == ["a/gpu-0-mig-4g-0", "a/gpu-0-mig-1g-4"]
+    assert snap.apply(result.binds).usage.devices_overcommitted() is None
+
+
+def replace_name(request: dict[str, Any], name: str) -> dict[str, Any]:
+    return {**request, "name": name}
+
+
+def test_a_selector_naming_an_identity_attribute_is_evaluated_per_device() -> None:
+    """72 GPUs: `uuid` has more distinct values than a shape keeps, so a selector on it sees every device."""
+    nodes = [gpu_node(f"n{i}") for i in range(9)]
+    c = claim("c", [exactly(selectors=[{"cel": {"expression": f"device.attributes['gpu.nvidia.com'].uuid == '{uuid('n3', 5)}'"}}])])
+    snap = _snap(nodes, [gpu_slice(n.name) for n in nodes], [c])
+    assert "uuid" in snap.cluster.devices.identity
+    assert _devices(_run(snap, [_pod("p", "c")])) == {"p": [("c", "gpu", "n3/gpu-5")]}
+
+
+def test_no_alternative_fitting_names_each_in_the_reason() -> None:
+    c = claim("c", [{"name": "gpu", "firstAvailable": [
+        {"name": "eight", "deviceClassName": "gpu.nvidia.com", "count": 8},
+        {"name": "four", "deviceClassName": "gpu.nvidia.com", "count": 4}]}])
+    why = _why(_run(_snap([gpu_node("a", gpus=2)], [gpu_slice("a", gpus=2)], [c]), [_pod("p", "c")]))["p"]
+    assert ("resourceclaim default/c: request gpu: no node has 8 device(s) of class gpu.nvidia.com (at most 2 free "
+            "on a node; 2 match in the cluster); or 4 device(s) of class gpu.nvidia.com") in why
+
+
+def test_a_share_claim_records_the_capacity_it_consumes() -> None:
+    devices = [gpu_device("a", 0, shared=True)]
+    devices[0]["capacity"]["share"] = {"value": "1"}
+    devices[0]["capacity"]["memory"]["requestPolicy"] = {"default": "0", "validRange": {"min": "0"}}
+    c = claim("c", [exactly(capacity={"requests": {"share": "250m", "memory": "8Gi"}})])
+    snap = _snap([gpu_node("a", gpus=1)], [node_slice("a", devices)], [c])
+    (bind,) = _run(snap, [_pod("p", "c")]).binds
+    assert (bind.gpus, bind.milli, bind.gpu_mem_mib) == ((0,), 250, 8 * 1024)
+    assert bind.claims[0].devices[0].consumed == {"gpu.nvidia.com/share": Decimal("0.25"),
+                                                  "gpu.nvidia.com/memory": Decimal(8 * 2**30)}
+    after = snap.apply((bind,)).usage
+    assert sorted(after.cap_used.tolist()) == [250, 8 * 2**30 * 1000]
