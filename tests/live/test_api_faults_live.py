@@ -121,7 +121,10 @@ def test_api_errors_are_retried_with_backoff_and_logged_once(cluster: Any, proxy
     assert 1 <= len([line for line in w if "bind pod" in line and "ReadTimeout" in line]) <= 3
     assert len([line for line in w if "list pods" in line]) == 1
     assert len([line for line in w if "watch nodes" in line and " 500 " in line]) == 1
-    assert len([line for line in w if "update status of pod" in line and " 503 " in line]) == 1
+    # The 20 503s fall on whichever status PATCHes come (pods' or pod groups'): one warning per kind's episode.
+    pod_503 = [line for line in w if "update status of pod " in line and " 503 " in line]
+    group_503 = [line for line in w if "update status of podgroup " in line and " 503 " in line]
+    assert len(pod_503) <= 1 and len(group_503) <= 1 and pod_503 + group_503, (pod_503, group_503)
     assert_logged_once_per_episode(text)
     assert "relisting" in text
     injected = Counter((i.method, i.fault) for i in p.injected)
