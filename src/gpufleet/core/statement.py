@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -280,8 +280,16 @@ class Statement:
             if (p.keeps_first_max[k] and weight > 0) or (not p.normalizing[k] and weight == 1):
                 # One scorer decides, and its first highest raw score is the sum's first highest.
                 return int(nodes[int(plugin.score(self.state, pod, self.view, nodes).argmax())])
+        total = self._weighted(pod, nodes, active)
+        if total is None:
+            return int(nodes[0])
+        return int(nodes[int(total.argmax())])  # argmax returns the first: the lowest node name
+
+    def _weighted(self, pod: PodSpec, nodes: np.ndarray, scorers: Sequence[int]) -> np.ndarray | None:
+        """The weighted sum of `scorers`' (normalised) scores over `nodes`; None without scorers."""
+        p = self.profile
         total: np.ndarray | None = None
-        for k in active:
+        for k in scorers:
             plugin, weight = p.scores[k]
             scores = plugin.score(self.state, pod, self.view, nodes)
             if p.normalizing[k]:
@@ -289,9 +297,7 @@ class Statement:
             if weight != 1:
                 scores = weight * scores
             total = scores if total is None else total + scores
-        if total is None:
-            return int(nodes[0])
-        return int(nodes[int(total.argmax())])  # argmax returns the first: the lowest node name
+        return total
 
     def _select_with_claims(self, pod: PodSpec, nodes: np.ndarray) -> int:
         """Among the nodes where the earliest `firstAvailable` entries fit, the profile's weighted
@@ -304,12 +310,9 @@ class Statement:
         free = self.claims.free_after(pod, nodes, self.view.usage)
         spread = int(free.max(initial=0) - free.min(initial=0))
         total = (100.0 * (free.max(initial=0) - free) / spread if spread else np.zeros(len(nodes)))
-        for k, _ in self._uniform:
-            plugin, weight = self.profile.scores[k]
-            scores = plugin.score(self.state, pod, self.view, nodes)
-            if self.profile.normalizing[k]:
-                scores = plugin.normalize_score(scores)  # type: ignore[attr-defined]
-            total = total + weight * scores
+        scores = self._weighted(pod, nodes, range(len(self.profile.scores)))
+        if scores is not None:
+            total = total + scores
         return int(nodes[int(np.argmax(total))])
 
     def _placement(self, pod: PodSpec, node: int) -> Placement:
