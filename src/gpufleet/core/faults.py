@@ -19,6 +19,7 @@ from typing import TypeAlias
 
 from gpufleet.core.result import Eviction
 from gpufleet.model import ClusterSnapshot, NodeName, Placement, PodUid
+from gpufleet.model.dra_table import DeviceRef
 from gpufleet.model.errors import ModelError
 
 
@@ -56,7 +57,8 @@ def _index(snapshot: ClusterSnapshot, fault: Fault) -> int:
 
 
 def hit(snapshot: ClusterSnapshot, fault: Fault, p: Placement) -> bool:
-    """Whether running placement `p` loses its device or node to `fault`."""
+    """Whether running placement `p` loses its device or node to `fault` (a GPU, one of its MIG
+    slices, or a DRA device its claims hold that is linked to the GPU)."""
     if p.node != fault.node:
         return False
     if isinstance(fault, NodeFault):
@@ -64,8 +66,17 @@ def hit(snapshot: ClusterSnapshot, fault: Fault, p: Placement) -> bool:
     if fault.gpu in p.gpus:
         return True
     c = snapshot.cluster
-    start = int(c.slice_start[c.index[p.node]])
-    return any(int(c.slice_gpu[start + s]) == fault.gpu for s in p.mig_slices)
+    i = c.index[p.node]
+    start = int(c.slice_start[i])
+    if any(int(c.slice_gpu[start + s]) == fault.gpu for s in p.mig_slices):
+        return True
+    t = c.devices
+    for claim in p.claims:
+        for result in claim.devices:
+            k = t.index.get(DeviceRef(result.driver, result.pool, result.device))
+            if k is not None and int(t.node[k]) == i and int(t.gpu[k]) == fault.gpu:
+                return True
+    return False
 
 
 def victims(snapshot: ClusterSnapshot, fault: Fault,

@@ -33,6 +33,7 @@ Everything placed here is `nominated`: it starts once its victims are gone.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -258,6 +259,24 @@ def run(placer: Placer, book: QueueBook, fair: F64, ctx: QueueContext, cfg: Queu
         _try_unit(preemptor, unit)
 
 
+def _as_gpus(statement: Statement, pod: PodSpec) -> PodSpec:
+    """`pod` asking for the GPUs its claims amount to, when they are nothing more (`ClaimAllocator.as_gpus`:
+    `Statement.place` places such a pod so); victims are then chosen, and the pod placed after
+    them, exactly as for a pod asking for those GPUs as extended resources."""
+    claims = statement.claims
+    if not pod.claims or claims is None or claims.check(pod) is not None:
+        return pod
+    gpu = claims.as_gpus(pod)
+    return pod if gpu is None else replace(pod, gpu=gpu)
+
+
+def _shape(statement: Statement, pod: PodSpec) -> tuple[object, ...]:
+    """What makes two pods alike for the cache of hopeless units: a claim pod by what its claims ask."""
+    if not pod.claims or statement.claims is None:
+        return constraint_key(pod)
+    return (*constraint_key(_as_gpus(statement, pod)), statement.claims.key(pod))
+
+
 def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
     placer, statement, book = pre.placer, pre.statement, pre.book
     q = book.queue_of(unit[0].queue)
@@ -269,7 +288,7 @@ def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
         unit = unit[:max(group.max_member - placer.running_members(unit[0].pod_group), 0)]
         if not unit:
             return
-    key = (tuple(constraint_key(p) for p in unit), need, q, unit[0].priority,
+    key = (tuple(_shape(statement, p) for p in unit), need, q, unit[0].priority,
            pre.ctx.attained_gpu_s.get(unit[0].uid, 0.0) if pre.cfg.order == "las" else 0.0)
     if pre.hopeless.get(key) == statement.epoch:
         return  # an identical unit found no room this cycle, and nothing was evicted since
@@ -282,22 +301,23 @@ def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
     for i, pod in enumerate(unit):
         if len(placed) + (len(unit) - i) < need:
             break
-        if book.over_limit(q, book.pod_vector(pod)) is not None:
+        asks = _as_gpus(statement, pod)
+        if book.over_limit(q, book.pod_vector(asks)) is not None:
             continue  # an extra member of an elastic gang its queue's limits leave no room for
-        if reclaimed and pre.reclaim_dims(q, book.pod_vector(pod)) is None:
+        if reclaimed and pre.reclaim_dims(q, book.pod_vector(asks)) is None:
             continue  # what was reclaimed goes no further than the queue's fair share
-        statement.restrict(*node_mask(statement.view.cluster, book, q, pod, pre.held))
+        statement.restrict(*node_mask(statement.view.cluster, book, q, asks, pre.held))
         fitted = statement.place(pod)
         if not isinstance(fitted, Placement):
-            units = pre.candidates(pod, q, pre.reclaim_dims(q, book.pod_vector(pod)))
-            choice = pre.choose(pod, q, units) if units else None
+            units = pre.candidates(asks, q, pre.reclaim_dims(q, book.pod_vector(asks)))
+            choice = pre.choose(asks, q, units) if units else None
             if choice is None:
                 continue
             node, victims = choice
             before = statement.checkpoint()
             for victim in victims:
                 pre.evict(victim)
-            fitted = statement.place_on(pod, node)
+            fitted = statement.place_on(asks, node, claims_as_gpus=asks is not pod)
             if not isinstance(fitted, Placement):  # its claims' devices did not fit together there
                 pre.undo(before)
                 continue
