@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from gpufleet.model import NO_GPU, GpuKind, NodeInfo, PodSpec
+from gpufleet.model import NO_GPU, GpuKind, ModelError, NodeInfo, PodSpec
 from gpufleet.model.dra import DeviceClass, ResourceClaim, ResourceSlice, parse_claim, parse_device_class, parse_slice
+from gpufleet.sim.workload import Job
 
 DRIVER = "gpu.gpufleet.io"
 CLASS = {"metadata": {"name": DRIVER}, "spec": {"selectors": [{"cel": {
@@ -40,6 +41,7 @@ def as_claims(nodes: Sequence[NodeInfo], pods: Sequence[PodSpec]) -> AsClaims:
     shared = any(p.gpu.kind is GpuKind.FRACTION for p in pods)
     slices = tuple(parse_slice(_slice(n, shared)) for n in nodes if any(not g.mig_enabled for g in n.gpus))
     claims: list[ResourceClaim] = []
+    keys: set[str] = set()
     out: list[PodSpec] = []
     for pod in pods:
         request = _request(pod)
@@ -48,9 +50,20 @@ def as_claims(nodes: Sequence[NodeInfo], pods: Sequence[PodSpec]) -> AsClaims:
             continue
         claim = parse_claim({"metadata": {"name": f"{pod.name}-gpu", "namespace": pod.namespace},
                              "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}}})
+        if claim.key in keys:
+            raise ModelError(f"pod {pod.uid}", f"its claim would be named {claim.key}, as another pod's is: "
+                                               f"two pods named {pod.namespace}/{pod.name}")
+        keys.add(claim.key)
         claims.append(claim)
         out.append(replace(pod, gpu=NO_GPU, claims=pod.claims + (claim.key,)))
     return AsClaims((parse_device_class(CLASS),), slices, tuple(claims), tuple(out))
+
+
+def jobs_as_claims(nodes: Sequence[NodeInfo], jobs: Sequence[Job]) -> tuple[AsClaims, tuple[Job, ...]]:
+    """`as_claims` over every job's pods, and the jobs with their pods asking through the claims."""
+    dra = as_claims(nodes, [p for job in jobs for p in job.pods])
+    by_uid = {p.uid: p for p in dra.pods}
+    return dra, tuple(replace(job, pods=tuple(by_uid[p.uid] for p in job.pods)) for job in jobs)
 
 
 def _request(pod: PodSpec) -> dict[str, Any] | None:

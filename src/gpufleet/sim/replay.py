@@ -18,6 +18,16 @@ With queues (the workload's, or a profile whose `queueing` section is not the de
 driver also tells the core what it remembers across cycles: usage decayed with the
 profile's half-life, each job's attained GPU-seconds (las) and past evictions.
 
+With `Workload.claims` the pods ask for their whole GPUs and GPU shares through DRA
+ResourceClaims (`sim.claims`: each node's GPUs published as a ResourceSlice): a bound pod's
+claim allocation holds its devices until the pod finishes, is preempted or is hit by a fault,
+and the core places such claims exactly as the extended resources they stand for. Accounting
+(GPU-seconds, attained service, the makespan bound) reads the jobs as the workload gives them.
+A scaler and the workload's queues cannot be combined with claims yet (`replay` refuses
+them): the nodes a scaler adds would need their own ResourceSlices and the scalers read pods'
+extended resources only; the core's queue fair shares, guarantees and limits count a
+pending claim pod as asking no GPU (pods in the one default queue are placed exactly).
+
 Conservation holds at every moment: arrived = waiting + running + finished.
 """
 
@@ -37,7 +47,8 @@ from gpufleet.core.context import QueueContext
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.profile import Profile
 from gpufleet.framework.queueing import QueueingConfig
-from gpufleet.model import ClusterSnapshot, NodeInfo, NodeName, PodSpec, PodUid, QueueTree
+from gpufleet.model import ClusterSnapshot, ModelError, NodeInfo, NodeName, PodSpec, PodUid, QueueTree
+from gpufleet.sim.claims import jobs_as_claims
 from gpufleet.sim.environment import Environment, Kind
 from gpufleet.sim.faults import FaultInjector, FaultSetup, InjectedFault
 from gpufleet.sim.queue_kpis import QueueMeter, QueueSample
@@ -178,6 +189,14 @@ def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: floa
         raise ValueError(f"scaler interval must be a positive number of seconds, got {scaler.interval_s}")
     if observe is not None and not observe_every_s > 0:
         raise ValueError(f"observe interval must be a positive number of seconds, got {observe_every_s}")
+    if workload.claims and scaler is not None:
+        raise ModelError(f"replay of workload {workload.name}",
+                         "a scaler cannot be used when GPUs are asked through DRA claims yet: the nodes it adds "
+                         "would need ResourceSlices of their own and it reads pods' extended resources only")
+    if workload.claims and workload.queues:
+        raise ModelError(f"replay of workload {workload.name}",
+                         "queues cannot be used when GPUs are asked through DRA claims yet: the core's fair "
+                         "shares, guarantees and limits count a pending claim pod as asking no GPU")
     run = _Replay(workload, profile, seed, sample_s, checkpoint_s, faults, scaler)
     run.observer = observe
     run.observe_every_s = observe_every_s
@@ -197,7 +216,18 @@ class _Replay:
         self.tree = QueueTree.build(workload.queues)
         self.queued = bool(workload.queues) or self.cfg != QueueingConfig()
         self.env = Environment()
-        self.snap = ClusterSnapshot.build(workload.nodes, pod_groups=[j.group for j in self.jobs if j.group]).owned()
+        groups = [j.group for j in self.jobs if j.group]
+        self.asking = self.jobs
+        """The jobs as the core is given them: through claims with `Workload.claims`."""
+        if workload.claims:
+            dra, self.asking = jobs_as_claims(workload.nodes, self.jobs)
+            snap = ClusterSnapshot.build(workload.nodes, pod_groups=groups, device_classes=dra.classes,
+                                         slices=dra.slices, claims=dra.claims)
+            if snap.dra.problems:
+                raise ModelError(f"workload {workload.name} as DRA claims", "; ".join(snap.dra.problems))
+        else:
+            snap = ClusterSnapshot.build(workload.nodes, pod_groups=groups)
+        self.snap = snap.owned()
         self.records = [JobRecord(i, j.arrival_s) for i, j in enumerate(self.jobs)]
         self.waiting: dict[int, Job] = {}
         self.pod_job: dict[PodUid, int] = {}
@@ -313,7 +343,7 @@ class _Replay:
         now = self.env.now
         if kind is Kind.ARRIVAL:
             i = int(payload)  # type: ignore[call-overload]
-            self.waiting[i] = self.jobs[i]
+            self.waiting[i] = self.asking[i]
             self.trace.append((now, "arrive", i))
         elif kind is Kind.COMPLETION:
             i = int(payload)  # type: ignore[call-overload]
@@ -394,7 +424,7 @@ class _Replay:
             self.lost_to_faults += wasted
         self.done[i] = self.done.get(i, 0.0) + kept
         uids = self._stop(i)
-        self.waiting[i] = self.jobs[i]
+        self.waiting[i] = self.asking[i]
         return uids
 
     def _started(self, i: int) -> float:

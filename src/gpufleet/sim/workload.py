@@ -44,6 +44,9 @@ class Workload:
     description: str = ""
     queues: tuple[Queue, ...] = ()
     """The cluster's queues (pods name theirs in `PodSpec.queue`); empty = one default queue."""
+    claims: bool = False
+    """Whole-GPU and fractional requests go through DRA ResourceClaims when replayed or packed
+    (`sim.claims`); the pods keep their extended resources here, so every reader sees what they ask."""
 
     @property
     def gpu_capacity_milli(self) -> int:
