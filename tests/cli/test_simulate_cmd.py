@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.cli.main import main
+from gpufleet.cli import simulate_cmd
+from gpufleet.cli.main import build_parser, main
 
 SCENARIOS = Path(__file__).parents[2] / "src" / "gpufleet" / "sim" / "scenarios"
 
@@ -102,3 +103,18 @@ def test_a_bad_profile_is_a_one_line_error_naming_the_key(tmp_path: Path, capsys
 def test_every_shipped_scenario_replays_in_time_mode(name: str) -> None:
     scenario = SCENARIOS / f"{name}.yaml"
     assert main(["simulate", "--mode", "time", "--scenario", str(scenario), "--policy", "gpufleet"]) == 0
+
+
+@pytest.mark.parametrize("mode, scenario", [("time", "mixed-sharing"), ("time", "gangs-and-queues"),
+                                            ("packing", "fragmentation")])
+def test_claims_flag_gives_the_same_results_as_extended_resources(tmp_path: Path, mode: str, scenario: str) -> None:
+    results = []
+    for extra in ([], ["--claims"]):
+        out = tmp_path / f"rep{len(extra)}"
+        assert main(["compare", "--mode", mode, "--scenario", str(SCENARIOS / f"{scenario}.yaml"), "--seeds", "1",
+                     "--workers", "1", "--policies", "bestfit,default", "--out", str(out), *extra]) == 0
+        results.append(json.loads((out / "results.json").read_text())["policies"])
+    assert results[0] == results[1]
+    args = build_parser().parse_args(["compare", "--mode", mode, "--scenario", str(SCENARIOS / f"{scenario}.yaml"),
+                                      "--claims"])
+    assert simulate_cmd.time_workload(args)(42).claims and simulate_cmd.load_workload(args).claims

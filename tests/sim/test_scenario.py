@@ -262,3 +262,21 @@ def test_shipped_examples_load(path: Path) -> None:
 
 def test_examples_are_shipped() -> None:
     assert {p.name for p in EXAMPLES} == {"mixed-sharing.yaml", "gangs-and-queues.yaml", "fragmentation.yaml"}
+
+
+@pytest.mark.parametrize("text, claims", [("", False), ("requestsAs: extendedResources\n", False),
+                                          ("requestsAs: claims\n", True)],
+                         ids=["without requestsAs GPUs are extended resources", "extendedResources is the default",
+                              "claims makes the workload ask through DRA claims"])
+def test_requests_as_says_whether_gpus_are_asked_through_claims(write_file: WriteFile, text: str,
+                                                                 claims: bool) -> None:
+    w = load(write_file, text + job_yaml("resources: {limits: {nvidia.com/gpu: 1}}"))
+    assert w.claims is claims
+    assert w.jobs[0].pods[0].gpu.count == 1  # the pods keep what they ask; the replay makes the claims
+
+
+def test_an_unknown_requests_as_names_file_line_and_key(write_file: WriteFile) -> None:
+    path = write_file("s.yaml", "requestsAs: claim\n" + NODES)
+    with pytest.raises(ModelError, match=r"s.yaml:1: requestsAs: expected one of extendedResources, claims, "
+                                         r"got 'claim'"):
+        scenario.load(path)

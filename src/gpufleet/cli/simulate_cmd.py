@@ -78,6 +78,9 @@ def _workload_args(p: argparse.ArgumentParser, *, time_mode: bool = True) -> Non
     p.add_argument("--nodes", type=Path, help="openb node list CSV")
     p.add_argument("--pods", type=Path, help="openb pod list CSV")
     p.add_argument("--scale", type=finite_float, help="built-in default only: cluster size factor (default: 1)")
+    p.add_argument("--claims", action="store_true",
+                   help="pods ask for whole GPUs and GPU shares through DRA ResourceClaims instead of extended "
+                        "resources (a scenario can say so itself: requestsAs: claims); MIG stays extended")
     p.add_argument("--profile", action="append", type=Path, default=[], metavar="FILE",
                    help="also run this scheduling profile (YAML, see docs/concepts.md); repeatable")
     if not time_mode:
@@ -121,6 +124,11 @@ def check_flags(args: argparse.Namespace) -> None:
 
 
 def load_workload(args: argparse.Namespace) -> Workload:
+    workload = _load_workload(args)
+    return replace(workload, claims=True) if args.claims else workload
+
+
+def _load_workload(args: argparse.Namespace) -> Workload:
     check_flags(args)
     if args.philly:
         raise UsageError("--philly has no packing experiment (its jobs are whole GPUs); use --mode time")
@@ -157,7 +165,8 @@ def time_workload(args: argparse.Namespace) -> compare_time.WorkloadFor:
     if args.philly or args.scenario or args.nodes or args.pods or args.variant:
         # Jobs without a duration (the multigpu files, open-ended scenario jobs) hold their
         # resources to the end of the replay.
-        base = philly.load(trace_dir(args.trace_dir)) if args.philly else load_workload(args)
+        base = replace(philly.load(trace_dir(args.trace_dir)), claims=args.claims) if args.philly \
+            else load_workload(args)
         scaled = replace(base, jobs=tuple(replace(j, arrival_s=j.arrival_s / time_scale) for j in base.jobs))
         return lambda _seed: scaled
     tasks: int = TIME_TASKS if args.tasks is None else args.tasks
@@ -165,7 +174,7 @@ def time_workload(args: argparse.Namespace) -> compare_time.WorkloadFor:
     if tasks < 1 or load <= 0:
         raise UsageError("--tasks and --load must be positive")
     scale = _scale(args)
-    return lambda seed: default_workload(scale=scale, seed=seed, load=load, tasks=tasks)
+    return lambda seed: replace(default_workload(scale=scale, seed=seed, load=load, tasks=tasks), claims=args.claims)
 
 
 def _time_compare(args: argparse.Namespace, policies: list[str], seeds: int, out: Path | None) -> int:

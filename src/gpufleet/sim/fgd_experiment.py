@@ -75,8 +75,10 @@ def renamed_nodes(nodes: Sequence[NodeInfo], seed: int) -> list[NodeInfo]:
 
 
 def run(workload: Workload, policy: str, seed: int, *, tune: float = 1.3, claims: bool = False) -> FgdRun:
-    """One run: every task offered once, metrics after every attempt. With `claims`, the tasks ask
-    for their GPUs through DRA ResourceClaims (`sim.claims`) instead of extended resources."""
+    """One run: every task offered once, metrics after every attempt. With `claims` (or the
+    workload's own `claims`), the tasks ask for their GPUs through DRA ResourceClaims
+    (`sim.claims`) instead of extended resources."""
+    claims = claims or workload.claims
     originals = sorted((p for job in workload.jobs for p in job.pods), key=lambda p: p.name)
     tasks_m = typical_tasks(originals)
     profile = profile_for(policy, tasks_m)

@@ -13,6 +13,9 @@ Decisions:
 - A job with `replicas` > 1 and a `gang` is one gang job (PodGroup named after the job);
   without a gang its replicas are independent single-pod jobs `<name>-<i>`, because a
   `Job` is either one pod or a gang.
+- `requestsAs: claims` (top level) makes the jobs' whole GPUs and GPU shares DRA
+  ResourceClaims when the scenario is replayed or packed (`Workload.claims`, `sim.claims`):
+  the jobs are written the same way, so one scenario runs both ways.
 - Unknown keys, duplicate keys and wrong types are errors naming file, line and key
   (`_yaml.Loc`); a scenario is never half-read.
 """
@@ -39,6 +42,8 @@ NODE_KEYS = ("name", "count", "cpu", "memory", "maxPods", "labels", "taints", "g
 GPU_KEYS = ("model", "count", "memory", "nvlinkDomains", "numaNodes", "mig")
 JOB_KEYS = ("name", "namespace", "arrival", "duration", "replicas", "gang", "priority", "queue", "preemptible",
             "resources", "nodeSelector", "tolerations", "affinity")
+REQUESTS_AS = ("extendedResources", "claims")
+"""Values of the top-level `requestsAs`: how the jobs' GPU requests reach the scheduler."""
 MAX_GROUP_NODES = 100_000
 """Nodes one `count` may expand to (20x Kubernetes' 5,000-node scalability limit): a typo such
 as an extra zero is an error, not a run that never finishes building its cluster."""
@@ -55,7 +60,7 @@ E = TypeVar("E", bound=Enum)
 
 def load(path: Path) -> Workload:
     """The scenario in `path`, jobs ordered by arrival (ties in file order)."""
-    top = compose(path).mapping(("name", "description", "nodes", "jobs"), required=("nodes",))
+    top = compose(path).mapping(("name", "description", "requestsAs", "nodes", "jobs"), required=("nodes",))
     nodes: list[NodeInfo] = []
     node_names: set[str] = set()
     for loc in top["nodes"].sequence():
@@ -72,7 +77,15 @@ def load(path: Path) -> Workload:
         jobs.extend(expanded)
     jobs.sort(key=lambda job: job.arrival_s)
     return Workload(top["name"].text() if "name" in top else path.stem, tuple(nodes), tuple(jobs),
-                    top["description"].text() if "description" in top else "")
+                    top["description"].text() if "description" in top else "",
+                    claims=_requests_as(top["requestsAs"]) == "claims" if "requestsAs" in top else False)
+
+
+def _requests_as(loc: Loc) -> str:
+    value = loc.text()
+    if value not in REQUESTS_AS:
+        raise loc.error(f"expected one of {', '.join(REQUESTS_AS)}, got {value!r}")
+    return value
 
 
 def _nodes(loc: Loc) -> list[NodeInfo]:
