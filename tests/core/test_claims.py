@@ -431,7 +431,9 @@ def test_pods_whose_claims_ask_alike_share_a_failure_and_others_do_not() -> None
     claims = [claim(f"t{k}", [exactly(count=9)]) for k in range(2)] + [claim("small", [exactly()])]
     snap = _snap([gpu_node("a")], [gpu_slice("a")], claims)
     result = _run(snap, [_pod("p0", "t0", created=0), _pod("p1", "t1", created=1), _pod("s", "small", created=2)])
-    assert result.unschedulable[PodUid("default/p0")] is result.unschedulable[PodUid("default/p1")]
+    s0, s1 = result.unschedulable[PodUid("default/p0")], result.unschedulable[PodUid("default/p1")]
+    assert s0.reasons[0] is s1.reasons[0]  # the node reason remembered, not worked out again
+    assert "resourceclaim default/t0:" in s0.message and "resourceclaim default/t1:" in s1.message
     assert [b.pod for b in result.binds] == ["default/s"]
 
 

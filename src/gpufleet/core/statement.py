@@ -116,7 +116,7 @@ class Statement:
             key += (self.claims.key(pod),)  # type: ignore[union-attr]
         hit = self._failed.get(key)
         if hit is not None and hit[0] == self._epoch:
-            return hit[1]
+            return self._with_claim_reason(pod, hit[1])
         status = self._pre_filter(pod) if self.profile.pre_filters else None
         if status is not None:
             return status  # not cached: a pre-filter sees the whole pod, not only its constraint key
@@ -124,13 +124,9 @@ class Statement:
         if len(nodes) == 0:
             why = (explaining.explain(self.state, pod, self.view, self.profile.filters) if self.explain
                    else f"0/{self.view.cluster.n_nodes} nodes are available.")
-            reasons: tuple[str, ...] = (why,)
-            if pod.claims and self.claims is not None:
-                claim_why = self.claims.explain(pod, self.view.usage)
-                reasons += (claim_why,) if claim_why else ()
-            status = Status(Code.UNSCHEDULABLE, reasons, DRA if len(reasons) > 1 else "")
+            status = Status(Code.UNSCHEDULABLE, (why,))
             self._failed[key] = (self._epoch, status)
-            return status
+            return self._with_claim_reason(pod, status)
         mark = self.checkpoint()
         while True:
             node = self._select(pod, nodes)
@@ -146,6 +142,12 @@ class Statement:
             self.rollback(mark)
             return denied
         return placement
+
+    def _with_claim_reason(self, pod: PodSpec, status: Status) -> Status:
+        """`status` with why the pod's own claims fit nowhere added, naming them (pods alike share
+        the cached node reasons, not their claims' names)."""
+        claim_why = self.claims.explain(pod, self.view.usage) if pod.claims and self.claims is not None else None
+        return Status(status.code, status.reasons + (claim_why,), DRA) if claim_why else status
 
     def place_on(self, pod: PodSpec, node: int, *, claims_as_gpus: bool = False) -> Placement | Status:
         """Place `pod` on node index `node`, which the caller knows it fits (preemption, once the
