@@ -362,7 +362,9 @@ def test_free_device_counts_follow_any_usage_they_are_asked_about() -> None:
         return [Placement(PodUid(f"default/h{k}-{n}"), NodeName(n), 0, 0, (0,), 1000, 80 * 1024) for n in names]
     few = snap.apply(held(["n003", "n050"], 1))
     most = few.apply(held([f"n{i:03d}" for i in range(10, 90)], 2))
-    for usage in (snap.usage, few.usage, most.usage, snap.usage, few.usage):
+    full = snap.apply([Placement(PodUid(f"default/all-{n.name}"), NodeName(n.name), 0, 0, (0, 1), 1000, 80 * 1024)
+                       for n in nodes])
+    for usage in (snap.usage, few.usage, most.usage, snap.usage, few.usage, full.usage):
         free, total = alloc._counts(matching, usage)
         assert free.tolist() == brute(usage)
         assert total.tolist() == [2] * 100

@@ -27,6 +27,7 @@ an evaluation error on any device aborts the allocation with the error as the re
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from typing import Iterator, Mapping, Sequence
@@ -39,6 +40,9 @@ from gpufleet.model import (GPU_MILLI, ClusterSnapshot, GpuKind, GpuRequest, Nod
 from gpufleet.model.cel import CelError, Selector, compile_selector
 from gpufleet.model.dra import AllocatedDevice, ClaimAllocation, Frozen, Request, ResourceClaim, Subrequest, qualify
 from gpufleet.model.dra_table import DeviceTable, milli
+
+_SHARE_IDS = uuid.UUID("0b3f7c52-5d8e-4f0a-9c61-6f1d2e8a4b37")
+"""The namespace of the share IDs this allocator derives (uuid5)."""
 
 Bool = npt.NDArray[np.bool_]
 I64 = npt.NDArray[np.int64]
@@ -173,6 +177,9 @@ class ClaimAllocator:
     def node_mask(self, pod: PodSpec, usage: Usage) -> Bool:
         mask = np.ones(self.n_nodes, dtype=np.bool_)
         for name in pod.claims:
+            claim = self.claims.get(name)
+            if claim is None or claim.deleting:  # no node: `check` says why (preemption asks here without it)
+                return np.zeros(self.n_nodes, dtype=np.bool_)
             node = self._pinned(name)
             if node is not None:
                 pinned = np.zeros(self.n_nodes, dtype=np.bool_)
@@ -351,8 +358,7 @@ class ClaimAllocator:
                     if k is None or consumed is None:
                         return None
                     self._take([(k, consumed)], tentative, sign=1)
-                    ref = t.refs[k]
-                    results.append(AllocatedDevice(sub.name, ref.driver, ref.pool, ref.device, Frozen(consumed)))
+                    results.append(self._result(claim, sub.name, k, consumed))
             out.append(ClaimAllocation(claim.key, tuple(results), self.names[node]))
         return tuple(out)
 
@@ -408,8 +414,7 @@ class ClaimAllocator:
             for request in claim.requests:
                 sub_name, picks = chosen[request.name]
                 for k, consumed in picks:
-                    ref = self.table.refs[k]
-                    results.append(AllocatedDevice(sub_name, ref.driver, ref.pool, ref.device, Frozen(consumed)))
+                    results.append(self._result(claim, sub_name, k, consumed))
                     anywhere_only = anywhere_only and self.table.node[k] < 0
             out.append(ClaimAllocation(claim.key, tuple(results), None if anywhere_only else self.names[node]))
         return tuple(out)
@@ -543,6 +548,15 @@ class ClaimAllocator:
                          if any(usage.counter_used[c] + tentative.counters.get(c, 0) > 0 for c in t.set_counters[s]))
             return (0, -in_use, 0, k)
         return (0, 0, 0, k)
+
+    def _result(self, claim: ResourceClaim, request: str, k: int, consumed: dict[str, Decimal]) -> AllocatedDevice:
+        """Device row `k` as an allocation result. A device several claims may hold gets a share ID,
+        as kube-scheduler gives each share (the API tells two shares of one device apart by it);
+        derived from the claim, request and device, so writing the same decision again gives the same ID."""
+        ref = self.table.refs[k]
+        share = (str(uuid.uuid5(_SHARE_IDS, f"{claim.uid}/{request}/{ref.driver}/{ref.pool}/{ref.device}"))
+                 if self.table.multi[k] else None)
+        return AllocatedDevice(request, ref.driver, ref.pool, ref.device, Frozen(consumed), share)
 
     def _take(self, picks: _Picks, tentative: _Tentative, sign: int) -> None:
         t = self.table
