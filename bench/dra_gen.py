@@ -1,5 +1,5 @@
 """DRA workloads for the benchmarks: GPU nodes with ResourceSlices shaped as NVIDIA's driver
-publishes them, its DeviceClasses, and pods each with their own claim (as a
+publishes them (`gpufleet.testing.dra_objects`), its DeviceClasses, and pods each with their own claim (as a
 ResourceClaimTemplate makes them) for 1, 2, 4 or 8 whole GPUs."""
 
 from __future__ import annotations
@@ -9,43 +9,25 @@ from typing import Any
 
 from gpufleet.model import Gpu, NodeInfo, PodSpec, PodUid
 from gpufleet.model.dra import DeviceClass, ResourceClaim, ResourceSlice, parse_claim, parse_device_class, parse_slice
+from gpufleet.testing import dra_objects as dra
 
-DRIVER = "gpu.nvidia.com"
-GPU_CLASS = {"metadata": {"name": "gpu.nvidia.com"}, "spec": {
-    "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com' && "
-                                         "device.attributes['gpu.nvidia.com'].type == 'gpu'"}}],
-    "extendedResourceName": "nvidia.com/gpu"}}
 SIZES = ((1, 0.6), (2, 0.2), (4, 0.15), (8, 0.05))
 """Whole GPUs per claim, and the share of pods asking that many."""
 
 
 def classes() -> list[DeviceClass]:
-    return [parse_device_class(GPU_CLASS)]
-
-
-def slice_object(node: str, gpus: int, product: str = "NVIDIA H100 80GB HBM3") -> dict[str, Any]:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-gpu.nvidia.com"},
-            "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                     "devices": [{"name": f"gpu-{m}", "attributes": {
-                         "type": {"string": "gpu"}, "uuid": {"string": f"GPU-{node}-{m}"},
-                         "productName": {"string": product}, "architecture": {"string": "Hopper"},
-                         "cudaComputeCapability": {"version": "9.0.0"}, "driverVersion": {"version": "570.86.15"}},
-                         "capacity": {"memory": {"value": "80Gi"}}} for m in range(gpus)]}}
+    return [parse_device_class(c) for c in dra.device_classes()]
 
 
 def cluster(n: int, gpus: int = 8) -> tuple[list[NodeInfo], list[ResourceSlice]]:
     nodes = [NodeInfo(f"node-{i:05d}", 128_000, 1024 * 1024, max_pods=110,
                       gpus=tuple(Gpu(f"GPU-node-{i:05d}-{m}", "H100", 80 * 1024, m) for m in range(gpus)))
              for i in range(n)]
-    return nodes, [parse_slice(slice_object(node.name, gpus)) for node in nodes]
+    return nodes, [parse_slice(s) for node in nodes for s in dra.node_slices(node.name, [g.uuid for g in node.gpus])]
 
 
 def claim_object(name: str, count: int, namespace: str = "default") -> dict[str, Any]:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com",
-                                                                          "count": count}}]}}}
+    return dra.claim(name, namespace, dra.whole_gpus(count))
 
 
 def size(rng: random.Random) -> int:

@@ -1,9 +1,11 @@
 """gpufleet's scheduler allocates DRA claims on the real control plane (issue 21, item 4).
 
 KWOK GPU nodes publish their GPUs in ResourceSlices shaped as NVIDIA's DRA driver publishes
-them (driver `gpu.nvidia.com`, devices `gpu-N` with `type`, `uuid`, `productName`; the uuids
-are the GPUs of the node's inventory annotation, so each device is linked to its GPU), with
-NVIDIA's DeviceClass `gpu.nvidia.com`. The scheduler runs in this process as the
+them (driver `gpu.nvidia.com`, devices `gpu-N` with NVIDIA's attributes, written by the agent's
+publisher through `gpufleet.testing.dra_objects`; the uuids are the GPUs of the node's
+inventory annotation, so each device is linked to its GPU), with NVIDIA's DeviceClasses
+`gpu.nvidia.com` and `mig.nvidia.com`: three nodes publish whole GPUs, one Dynamic MIG
+(partitionable devices sharing each GPU's counters), one GPUs shared by memory (consumable capacity). The scheduler runs in this process as the
 `gpufleet-scheduler` ServiceAccount of deploy/scheduler/rbac.yaml, owning the pools of
 `gpu.nvidia.com`. Pods use claims directly, through a ResourceClaimTemplate (the claims made
 by kube-controller-manager's resourceclaim controller), and one claim shared by two pods.
@@ -24,8 +26,11 @@ from typing import Any, Iterator
 
 import pytest
 
+from gpufleet.agent.resourceslices import MigMode
 from gpufleet.model import annotations as ann
 from gpufleet.model.dra import DELETE_PROTECTION
+from gpufleet.model.units import parse_quantity
+from gpufleet.testing import dra_objects as dra
 from gpufleet.testing.cluster import Cluster, KubeClient
 from gpufleet.testing.cluster.faultproxy import FaultProxy, Reply, Rule
 from gpufleet.testing.gpu_nodes import SHAPES, gpu_node
@@ -36,23 +41,17 @@ from .cluster_kit import (NAMESPACE, SCHEDULER_SA, create_all, install_gpufleet,
 
 Obj = dict[str, Any]
 DRIVER = "gpu.nvidia.com"
-NODES = 3
+NODES = 5
+MIG_NODE, SHARED_NODE = 3, 4
 H100 = next(s for s in SHAPES if s.name == "p5.48xlarge")
-SELECTOR = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
-"""The selector of NVIDIA's DeviceClass gpu.nvidia.com."""
 SCHEDULER_USER = service_account_user(SCHEDULER_SA)
 
 
-def nvidia_slice(node: Obj) -> Obj:
-    """The ResourceSlice NVIDIA's driver publishes for `node`'s GPUs: one pool per node."""
-    name = node["metadata"]["name"]
+def node_slices(node: Obj, i: int) -> tuple[Obj, ...]:
+    """The pool the agent publishes for `node`: whole GPUs, Dynamic MIG (node MIG_NODE) or memory shares (SHARED_NODE)."""
     gpus = ann.decode_inventory(node["metadata"]["annotations"][ann.INVENTORY_ANNOTATION])
-    devices = [{"name": f"gpu-{g.index}", "attributes": {
-        "type": {"string": "gpu"}, "uuid": {"string": g.uuid}, "productName": {"string": "NVIDIA H100 80GB HBM3"}},
-        "capacity": {"memory": {"value": "80Gi"}}} for g in gpus]
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{name}-{DRIVER}"},
-            "spec": {"driver": DRIVER, "nodeName": name, "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-                     "devices": devices}}
+    return dra.node_slices(node["metadata"]["name"], [g.uuid for g in gpus],
+                           mig=MigMode.DYNAMIC if i == MIG_NODE else MigMode.STATIC, memory_shares=i == SHARED_NODE)
 
 
 def claim_spec(count: int, device_class: str = DRIVER, selector: str | None = None) -> Obj:
@@ -81,9 +80,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         rng = random.Random(21)
         nodes = [gpu_node(f"dra-gpu-{i}", H100, rng, index=i) for i in range(NODES)]
         create_all(c.admin, nodes)
-        create_all(c.admin, [nvidia_slice(n) for n in nodes])
-        c.admin.create({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DRIVER},
-                        "spec": {"selectors": [{"cel": {"expression": SELECTOR}}]}})
+        create_all(c.admin, [s for i, n in enumerate(nodes) for s in node_slices(n, i)])
+        create_all(c.admin, dra.device_classes())
         wait_for(lambda: all(not any(t.get("key") == "node.kubernetes.io/not-ready" for t in n["spec"].get("taints") or ())
                              for n in c.admin.list("nodes")), 60, "KWOK to make the nodes Ready", interval_s=0.5)
         yield c
@@ -196,3 +194,54 @@ def test_a_failed_status_write_leaves_nothing_half_written_and_a_conflict_is_rea
     flaky_pod = pods_of(admin, ns)["flaky"]
     flaky = admin.get("resourceclaims", "flaky", ns)
     assert kubelet_checks(flaky, flaky_pod, flaky_pod["spec"]["nodeName"], {}) == []
+
+
+def test_mig_placements_and_memory_shares_are_allocated_packed_and_never_overcommitted(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """Partitionable devices (Dynamic MIG) and consumable capacity, as the real API server takes
+    them: what gpufleet writes passes validation and the kubelet's checks, MIG placements of one
+    GPU never share a memory slice, memory shares carry what they consume and are packed."""
+    admin = cluster.admin
+    ns = namespace(admin, "parts")
+    requests = {"mig-a": dra.mig_device("1g.10gb"), "mig-b": dra.mig_device("1g.10gb"),
+                "mig-c": dra.mig_device("1g.10gb"), "mig-big": dra.mig_device("3g.40gb"),
+                "mem-a": dra.gpu_memory("20Gi"), "mem-b": dra.gpu_memory("20Gi"), "mig-odd": dra.mig_device("5g.50gb")}
+    create_all(admin, [dra.claim(name, ns, request) for name, request in requests.items()])
+    placed = [name for name in requests if name != "mig-odd"]
+    create_all(admin, [pod(name, ns, resourceClaimName=name) for name in requests])
+    with scheduler_in_process(scheduler_kubeconfig(cluster, tmp_path / "scheduler.kubeconfig"), dra_drivers=(DRIVER,)):
+        wait_for(lambda: all(pods_of(admin, ns)[n]["spec"].get("nodeName") for n in placed), 60,
+                 "gpufleet to bind the MIG and memory-share pods")
+        wait_for(lambda: condition(pods_of(admin, ns)["mig-odd"]).get("reason") == "Unschedulable", 30,
+                 "the pod asking for a profile no GPU has to be reported")
+    pods = pods_of(admin, ns)
+    claims = {c["metadata"]["name"]: c for c in admin.list("resourceclaims", ns)}
+    published = {(s["spec"]["pool"]["name"], d["name"]): d for s in admin.list("resourceslices")
+                 for d in s["spec"].get("devices", [])}
+    mig_node, shared_node = f"dra-gpu-{MIG_NODE}", f"dra-gpu-{SHARED_NODE}"
+    slices_taken: dict[tuple[str, str], str] = {}
+    mig_gpus: set[str] = set()
+    memory: dict[str, list[str]] = {}
+    for name in placed:
+        p, c = pods[name], claims[name]
+        node = p["spec"]["nodeName"]
+        assert kubelet_checks(c, p, node, {}) == [], (name, c)
+        (result,) = c["status"]["allocation"]["devices"]["results"]
+        device = published[result["pool"], result["device"]]
+        if name.startswith("mig-"):
+            assert node == mig_node and device["attributes"]["type"]["string"] == "mig"
+            mig_gpus.add(device["attributes"]["parentUUID"]["string"])
+            for use in device["consumesCounters"]:
+                for counter in use["counters"]:
+                    if counter.startswith("memory-slice-"):
+                        key = (use["counterSet"], counter)
+                        assert slices_taken.setdefault(key, name) == name, f"{key} in {slices_taken[key]} and {name}"
+        else:
+            assert node == shared_node and device.get("allowMultipleAllocations")
+            assert parse_quantity(result["consumedCapacity"]["memory"], name) == parse_quantity("20Gi", name)
+            assert result.get("shareID"), "a device several claims hold gets a share ID per allocation"
+            memory.setdefault(result["device"], []).append(name)
+    assert len(mig_gpus) == 1, f"three 1g and one 3g placement fit on one GPU, and were spread over {mig_gpus}"
+    assert list(memory.values()) == [["mem-a", "mem-b"]], f"the two shares were not packed on one GPU: {memory}"
+    odd = condition(pods["mig-odd"])["message"]
+    assert f"resourceclaim {ns}/mig-odd: request gpu: no node has 1 device(s) of class mig.nvidia.com" in odd, odd
