@@ -162,9 +162,10 @@ def _h100_and_h200() -> tuple[list[Any], list[ResourceSlice]]:
 
 
 def _first(*alternatives: tuple[str, dict[str, Any] | None, int], name: str = "gpu") -> dict[str, Any]:
+    """A request with `firstAvailable` entries (name, selector, count); an entry named `gone` asks a class that is not there."""
     return {"name": name, "firstAvailable": [
-        {"name": n, "deviceClassName": "gpu.nvidia.com", "count": count, **({"selectors": [sel]} if sel else {})}
-        for n, sel, count in alternatives]}
+        {"name": n, "deviceClassName": "retired.example.com" if n == "gone" else "gpu.nvidia.com", "count": count,
+         **({"selectors": [sel]} if sel else {})} for n, sel, count in alternatives]}
 
 
 @pytest.mark.parametrize("requests", [
@@ -188,6 +189,16 @@ def test_first_available_entries_count_over_all_requests() -> None:
                     _first(("h100", WANT_H100, 1), ("h200", WANT_H200, 1), name="y")])
     result = _run(_snap([plain_node("a"), plain_node("b"), plain_node("c")], [a, b, mixed], [c]), [_pod("p", "c")])
     assert _taken(result) == [("x/h200", "c/gpu-1"), ("y/h100", "c/gpu-0")]
+
+
+def test_the_tightest_node_counts_the_free_devices_of_every_request() -> None:
+    """a keeps 1 + 4 free devices for the two requests, b 6 + 2: a is tighter (though b has fewer H200s)."""
+    a = node_slice("a", [gpu_device("a", m, product="NVIDIA H200" if m else "NVIDIA H100 80GB HBM3") for m in range(5)])
+    b = node_slice("b", [gpu_device("b", m, product="NVIDIA H200" if m > 5 else "NVIDIA H100 80GB HBM3")
+                         for m in range(8)])
+    c = claim("c", [exactly("h100", selectors=[WANT_H100]), exactly("h200", selectors=[WANT_H200])])
+    result = _run(_snap([plain_node("a"), plain_node("b")], [a, b], [c]), [_pod("p", "c")])
+    assert {d.split("/")[0] for _, d in _taken(result)} == {"a"}
 
 
 def test_an_early_entry_is_taken_where_a_later_one_fits_nowhere() -> None:
@@ -215,6 +226,16 @@ def test_match_attribute_takes_the_tightest_group(layout: str, expected: list[st
     c = claim("c", [exactly(count=2)], constraints=[MATCH_DOMAIN])
     result = _run(_snap([plain_node("a")], [_domains(layout)], [c]), [_pod("p", "c")])
     assert [d for _, d in _taken(result)] == expected
+
+
+def test_equally_tight_groups_tie_to_the_lowest_device_name_not_the_best_fitting_device() -> None:
+    devices = [_shared("a", m, {"memory": MEMORY}, domain="x" if m < 2 else "y") for m in range(4)]
+    status = _allocated("old", "a", ["gpu-3"])
+    status["allocation"]["devices"]["results"][0]["consumedCapacity"] = {"gpu.nvidia.com/memory": "40Gi"}
+    held = claim("old", [exactly(**ask("40Gi"))], status=status)  # gpu-3, in y, is the best fit for one device
+    c = claim("c", [exactly(count=2, **ask("10Gi"))], constraints=[MATCH_DOMAIN])
+    result = _run(_snap([plain_node("a")], [node_slice("a", devices)], [held, c]), [_pod("p", "c")])
+    assert [d for _, d in _taken(result)] == ["a/gpu-0", "a/gpu-1"]
 
 
 def test_a_constraint_naming_a_first_available_entry_binds_that_request_only() -> None:
@@ -337,8 +358,8 @@ def test_a_pod_whose_claim_is_allocated_runs_though_its_class_is_gone() -> None:
 def test_a_pod_with_an_allocated_claim_gets_its_new_claims_devices_on_that_node() -> None:
     old = claim("old", [exactly()], status=_allocated("p", "b", ["gpu-0"]))
     elsewhere = claim("elsewhere", [exactly()], status=_allocated("p", "a", ["gpu-0"]))
-    snap = _snap([plain_node("a"), plain_node("b")], [gpu_slice("a", gpus=1), gpu_slice("b", gpus=4)],
-                 [old, elsewhere, claim("new", [exactly()])])
+    snap = _snap([plain_node("a"), plain_node("b")], [gpu_slice("a", gpus=2), gpu_slice("b", gpus=4)],
+                 [old, elsewhere, claim("new", [exactly()])])  # a would be the tighter node for `new` alone
     assert _taken(_run(snap, [_pod("p", "old", "new")])) == [("gpu", "b/gpu-1")]
     assert "p" in _why(_run(snap, [_pod("p", "old", "elsewhere")]))  # pinned to two nodes: none
 
@@ -384,8 +405,10 @@ def test_a_claim_a_rolled_back_gang_member_allocated_is_allocated_afresh() -> No
 @pytest.mark.parametrize(("claims", "why"), [
     ([], "resourceclaim default/c not found"),
     ([replace(claim("c", [exactly()]), deleting=True)], "resourceclaim default/c is being deleted"),
-], ids=["missing", "deleting"])
-def test_preemption_evicts_nothing_for_a_pod_whose_claim_is_missing_or_being_deleted(claims: Any, why: str) -> None:
+    ([claim("c", [exactly(device_class="retired.example.com")])], "resourceclaim default/c: request gpu: device class"),
+    ([claim("c", [_first(("gone", None, 1), ("one", None, 1))])], "resourceclaim default/c: request gpu/gone: device"),
+], ids=["missing", "deleting", "class-gone", "an-entrys-class-gone"])
+def test_preemption_evicts_nothing_for_a_pod_whose_claim_cannot_be_allocated(claims: Any, why: str) -> None:
     running = [Placement(PodUid("default/low"), NodeName("a"), 64_000, 1024, priority=0, started_s=0.0)]
     snap = _snap([gpu_node("a")], [gpu_slice("a")], claims, running=running)
     result = _run(snap, [_pod("p", "c", priority=10)], preemption=True)

@@ -175,11 +175,10 @@ class ClaimAllocator:
 
     # -- 2. which nodes --------------------------------------------------------------------
     def node_mask(self, pod: PodSpec, usage: Usage) -> Bool:
+        if self.check(pod) is not None:  # no node: `check` says why (preemption asks here without it)
+            return np.zeros(self.n_nodes, dtype=np.bool_)
         mask = np.ones(self.n_nodes, dtype=np.bool_)
         for name in pod.claims:
-            claim = self.claims.get(name)
-            if claim is None or claim.deleting:  # no node: `check` says why (preemption asks here without it)
-                return np.zeros(self.n_nodes, dtype=np.bool_)
             node = self._pinned(name)
             if node is not None:
                 pinned = np.zeros(self.n_nodes, dtype=np.bool_)
