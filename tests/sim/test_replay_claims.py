@@ -157,8 +157,6 @@ def test_queues_with_claims_are_refused_by_name() -> None:
         replay(w, profile_for("bestfit", ()))
 
 
-@pytest.mark.xfail(strict=True, reason="core gap: queue demand counts a pending claim pod's GPUs as 0 "
-                                       "(core.quota.pod_gpu_milli reads pod.gpu), so its queue reclaims nothing")
 def test_a_claim_pod_reclaims_from_a_queue_over_its_share_as_an_extended_resource_pod_does() -> None:
     nodes = [make_node("n").gpus(2).build()]
     running = [Placement(PodUid(f"default/a{k}"), NodeName("n"), 1000, 1024, (k,), 1000, 81920, queue="a")

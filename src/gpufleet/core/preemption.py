@@ -302,14 +302,15 @@ def _try_unit(pre: _Preemptor, unit: list[PodSpec]) -> None:
         if len(placed) + (len(unit) - i) < need:
             break
         asks = _as_gpus(statement, pod)
-        if book.over_limit(q, book.pod_vector(asks)) is not None:
+        vector = book.pod_vector(pod)  # what its claims amount to counted (`book.gpus`)
+        if book.over_limit(q, vector) is not None:
             continue  # an extra member of an elastic gang its queue's limits leave no room for
-        if reclaimed and pre.reclaim_dims(q, book.pod_vector(asks)) is None:
+        if reclaimed and pre.reclaim_dims(q, vector) is None:
             continue  # what was reclaimed goes no further than the queue's fair share
-        statement.restrict(*node_mask(statement.view.cluster, book, q, asks, pre.held))
+        statement.restrict(*node_mask(statement.view.cluster, book, q, pod, pre.held))
         fitted = statement.place(pod)
         if not isinstance(fitted, Placement):
-            units = pre.candidates(asks, q, pre.reclaim_dims(q, book.pod_vector(asks)))
+            units = pre.candidates(asks, q, pre.reclaim_dims(q, vector))
             choice = pre.choose(asks, q, units) if units else None
             if choice is None:
                 continue

@@ -9,9 +9,9 @@ from typing import Iterable
 import numpy as np
 
 from gpufleet.core.statement import Statement
-from gpufleet.core.quota import F64, QueueBook, pod_gpu_milli
+from gpufleet.core.quota import F64, QueueBook
 from gpufleet.framework.status import Code, Status
-from gpufleet.model import Cluster, GpuKind, Placement, PodSpec
+from gpufleet.model import Cluster, Placement, PodSpec
 
 
 def sum_vectors(book: QueueBook, pods: Iterable[PodSpec]) -> F64:
@@ -41,9 +41,10 @@ class QueueAdmission:
         self.book.add(self.q, self.book.placement_vector(placement), sign=-1)
 
     def explain(self, pod: PodSpec, status: Status) -> Status:
-        if not self.book.model_limited[self.q] or pod.gpu.kind is GpuKind.NONE:
+        milli = self.book.gpus.milli(pod)
+        if not self.book.model_limited[self.q] or not milli:
             return status
-        reached = self.book.model_limits_reached(self.q, pod_gpu_milli(pod))
+        reached = self.book.model_limits_reached(self.q, milli)
         return Status(status.code, status.reasons + tuple(reached), status.plugin) if reached else status
 
 
@@ -53,8 +54,9 @@ def node_mask(cluster: Cluster, book: QueueBook, q: int, pod: PodSpec, held: np.
     queue's per-model limits still allow; None: any), and a key naming that mask."""
     mask: np.ndarray | None = ~held if held.any() else None
     key: object = ("held", int(held.sum())) if mask is not None else None
-    if book.model_limited[q] and pod.gpu.kind is not GpuKind.NONE:
-        ok = book.allowed_models(q, pod_gpu_milli(pod))
+    milli = book.gpus.milli(pod) if book.model_limited[q] else 0
+    if milli:
+        ok = book.allowed_models(q, milli)
         model_id = cluster.model_id
         by_model = np.where(model_id >= 0, ok[np.maximum(model_id, 0)], True)
         mask = by_model if mask is None else mask & by_model

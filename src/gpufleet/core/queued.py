@@ -32,21 +32,22 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from gpufleet.core import ordering, preemption
+from gpufleet.core.claim_gpus import ClaimGpus
 from gpufleet.core.context import QueueContext
 from gpufleet.core.fairshare import fair_shares
 from gpufleet.core.placing import Placer
 from gpufleet.core.queue_admission import QueueAdmission, sum_vectors
-from gpufleet.core.quota import F64, QueueBook, pod_gpu_milli
+from gpufleet.core.quota import F64, QueueBook
 from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.framework.status import Status
-from gpufleet.model import GpuKind, PodSpec, Usage
+from gpufleet.model import GpuKind, GpuRequest, PodSpec, Usage
 
 Unit = list[PodSpec]
 
 
 def run(placer: Placer, pending: Sequence[PodSpec], cfg: QueueingConfig, ctx: QueueContext) -> None:
     statement = placer.statement
-    book = QueueBook(ctx.tree, statement.view.cluster)
+    book = QueueBook(ctx.tree, statement.view.cluster, ClaimGpus(statement.claims) if statement.claims is not None else None)
     book.load(statement.snapshot.placements.values())
     now = statement.state.now
     key = _unit_key(cfg, ctx)
@@ -66,7 +67,7 @@ def run(placer: Placer, pending: Sequence[PodSpec], cfg: QueueingConfig, ctx: Qu
             failed.append(unit)
             status = placer.unschedulable.get(unit[0].uid)
             if is_starving and not held.any() and (status is None or status.plugin not in ("Queue", "QueueLimit")):
-                _hold(placer, unit, held)  # holding nodes cannot help a unit its queue does not admit
+                _hold(placer, book, unit, held)  # holding nodes cannot help a unit its queue does not admit
     if cfg.preempts:
         preemption.run(placer, book, fair, ctx, cfg, held, failed[:cfg.preemption_attempts_per_cycle])
     statement.restrict(None)
@@ -94,7 +95,7 @@ def add_demand(book: QueueBook, want: F64, pending: Sequence[PodSpec]) -> None:
             t = totals[k] = [0, 0, 0]
         t[0] += pod.cpu_milli
         t[1] += pod.mem_mib
-        t[2] += pod_gpu_milli(pod)
+        t[2] += book.gpus.milli(pod)
     for (q, model), (cpu, mem, gpu) in totals.items():
         want[q] += book.vector(cpu, mem, gpu, model)
 
@@ -124,7 +125,7 @@ def _place_unit(placer: Placer, book: QueueBook, unit: Unit, held: np.ndarray) -
     return bool(placer.run_unit(unit, QueueAdmission(placer.statement, book, q, held)))
 
 
-def _hold(placer: Placer, unit: Unit, held: np.ndarray) -> None:
+def _hold(placer: Placer, book: QueueBook, unit: Unit, held: np.ndarray) -> None:
     """Hold for `unit` the nodes with the most free GPU capacity that could host its members."""
     statement = placer.statement
     cluster = statement.view.cluster
@@ -135,7 +136,7 @@ def _hold(placer: Placer, unit: Unit, held: np.ndarray) -> None:
         return
     free = statement.view.usage.free_milli_total[candidates]
     ranked = candidates[np.lexsort((candidates, -free))]
-    per_node = _members_per_node(pod, cluster.gpu_count[ranked])
+    per_node = _members_per_node(book.gpus.request(pod), cluster.gpu_count[ranked])
     need = len(unit)
     covered = np.cumsum(per_node)
     take = int(np.searchsorted(covered, need)) + 1
@@ -150,9 +151,9 @@ def _hold(placer: Placer, unit: Unit, held: np.ndarray) -> None:
             placer.unschedulable[member.uid] = Status(status.code, status.reasons + (note,), status.plugin)
 
 
-def _members_per_node(pod: PodSpec, gpu_count: np.ndarray) -> np.ndarray:
-    if pod.gpu.kind is GpuKind.WHOLE:
-        return np.asarray(gpu_count // max(pod.gpu.count, 1), dtype=np.int64)
+def _members_per_node(gpu: GpuRequest, gpu_count: np.ndarray) -> np.ndarray:
+    if gpu.kind is GpuKind.WHOLE:
+        return np.asarray(gpu_count // max(gpu.count, 1), dtype=np.int64)
     return np.ones(len(gpu_count), dtype=np.int64)
 
 

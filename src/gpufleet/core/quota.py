@@ -4,16 +4,28 @@ Dimensions are `cpu` (milli), `memory` (MiB), `gpu` (GPU-milli, every model) and
 `gpu/<model>` per GPU model of the cluster. A MIG slice counts as its compute share of one
 GPU (a 3g slice is 3/7 of a GPU). Adding a pod to a queue adds it to every ancestor, so
 limits and guarantees of inner queues hold for their whole subtree.
+
+DRA claims count as the GPUs they hold (`claims_gpu_milli`), as `Usage` holds them: a device
+linked to a GPU (its `uuid` names the GPU) counts all of it when exclusive, the share of it
+its consumed capacity stands for when shared; a MIG device (a `profile` attribute such as
+`3g.40gb`, carved or a partition consuming its GPU's counters) counts as a MIG slice does;
+any other device counts no GPU. What a pending pod asks is `PodGpus.milli` (`core.claim_gpus`
+for pods with claims).
 """
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
+from typing import Iterable, Mapping, Protocol, Sequence
+
 import numpy as np
 import numpy.typing as npt
 
-from typing import Iterable
-
-from gpufleet.model import GPU_MILLI, Cluster, GpuKind, Placement, PodSpec, QueueTree
+from gpufleet.model import GPU_MILLI, Cluster, GpuKind, GpuRequest, Placement, PodSpec, QueueTree
+from gpufleet.model.cluster import share_milli
+from gpufleet.model.dra import ClaimAllocation
+from gpufleet.model.dra_table import DeviceRef, DeviceTable
 from gpufleet.model.queue import CPU, GPU, GPU_MODEL_PREFIX, MEMORY
 
 F64 = npt.NDArray[np.float64]
@@ -26,11 +38,41 @@ def mig_milli(profile: str) -> int:
     return GPU_MILLI * int(profile.split("g.", 1)[0]) // 7
 
 
-def pod_gpu_milli(pod: PodSpec) -> int:
-    g = pod.gpu
+_MIG_PROFILE = re.compile(r"^[1-7]g\.")
+
+
+def gpu_milli(g: GpuRequest) -> int:
+    """GPU-milli of a GPU request (MIG slices at their compute share)."""
     if g.kind is GpuKind.MIG and g.mig_profile is not None:
         return g.count * mig_milli(g.mig_profile)
     return g.total_milli
+
+
+def pod_gpu_milli(pod: PodSpec) -> int:
+    """GPU-milli of what the pod asks as extended resources (its claims not counted: `PodGpus`)."""
+    return gpu_milli(pod.gpu)
+
+
+def device_gpu_milli(t: DeviceTable, k: int, consumed: Mapping[str, Decimal]) -> int:
+    """GPU-milli device row k counts for when allocated with `consumed` capacity: all of its
+    GPU when linked and exclusive, the share `consumed` stands for when linked and shared (as
+    `Usage` holds them), a MIG slice's compute share for a MIG device, else nothing."""
+    if t.gpu[k] >= 0:
+        return share_milli(t, k, consumed) if t.multi[k] else GPU_MILLI
+    profile = t.devices[k].attributes.get(f"{t.refs[k].driver}/profile")
+    return mig_milli(profile) if isinstance(profile, str) and _MIG_PROFILE.match(profile) else 0
+
+
+def claims_gpu_milli(t: DeviceTable, claims: Iterable[ClaimAllocation], held_gpus: Sequence[int] = ()) -> int:
+    """GPU-milli the devices of `claims` count for, those linked to `held_gpus` left out (a
+    placement lists them itself, as `Usage.place` leaves them out); unknown devices count none."""
+    total = 0
+    for claim in claims:
+        for result in claim.devices:
+            k = t.index.get(DeviceRef(result.driver, result.pool, result.device))
+            if k is not None and not (t.gpu[k] >= 0 and int(t.gpu[k]) in held_gpus):
+                total += device_gpu_milli(t, k, result.consumed)
+    return total
 
 
 def placement_gpu_milli(p: Placement, cluster: Cluster) -> int:
@@ -38,15 +80,39 @@ def placement_gpu_milli(p: Placement, cluster: Cluster) -> int:
     if p.mig_slices:
         start = int(cluster.slice_start[cluster.index[p.node]])
         milli += sum(mig_milli(cluster.mig_profiles[int(cluster.slice_prof[start + s])]) for s in p.mig_slices)
+    if p.claims:
+        milli += claims_gpu_milli(cluster.devices, p.claims, p.gpus)
     return milli
+
+
+class PodGpus(Protocol):
+    """What pending pods ask of GPUs, as the queue layer counts it (one cycle)."""
+
+    def request(self, pod: PodSpec) -> GpuRequest:
+        """The GPUs the pod is placed as: its claims' (`ClaimAllocator.as_gpus`) or its own."""
+
+    def milli(self, pod: PodSpec) -> int:
+        """GPU-milli the pod counts against its queue's shares and limits before it runs."""
+
+
+class OwnGpus:
+    """Pods' own extended-resource requests (no claims counted)."""
+
+    def request(self, pod: PodSpec) -> GpuRequest:
+        return pod.gpu
+
+    def milli(self, pod: PodSpec) -> int:
+        return pod_gpu_milli(pod)
 
 
 class QueueBook:
     """Per-queue allocation, guarantees, limits and weights as arrays [queue, dimension]."""
 
-    def __init__(self, tree: QueueTree, cluster: Cluster) -> None:
+    def __init__(self, tree: QueueTree, cluster: Cluster, pod_gpus: PodGpus | None = None) -> None:
         self.tree = tree
         self.cluster = cluster
+        self.gpus: PodGpus = pod_gpus if pod_gpus is not None else OwnGpus()
+        """What pending pods ask of GPUs (`pod_vector`)."""
         self.names: tuple[str, ...] = tuple(sorted(tree.queues))
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.names)}
         self.dims: tuple[str, ...] = BASE + tuple(GPU_MODEL_PREFIX + m for m in cluster.models)
@@ -105,7 +171,7 @@ class QueueBook:
                 t = totals[key] = [0, 0, 0]
             t[0] += p.cpu_milli
             t[1] += p.mem_mib
-            t[2] += placement_gpu_milli(p, self.cluster) if p.mig_slices else len(p.gpus) * p.milli
+            t[2] += placement_gpu_milli(p, self.cluster) if p.mig_slices or p.claims else len(p.gpus) * p.milli
         for (q, model), (cpu, mem, gpu) in totals.items():
             self.add(q, self.vector(cpu, mem, gpu, model))
 
@@ -121,7 +187,7 @@ class QueueBook:
 
     def pod_vector(self, pod: PodSpec, node: int = -1) -> F64:
         model = int(self.cluster.model_id[node]) if node >= 0 else -1
-        return self.vector(pod.cpu_milli, pod.mem_mib, pod_gpu_milli(pod), model)
+        return self.vector(pod.cpu_milli, pod.mem_mib, self.gpus.milli(pod), model)
 
     def placement_vector(self, p: Placement) -> F64:
         node = self.cluster.index[p.node]

@@ -389,7 +389,7 @@ class Usage:
                         if name in caps:
                             self.cap_used[caps[name][0]] += sign * milli(amount)
                     if gpu >= 0 and gpu not in held_gpus:
-                        share = _share(t, k, result.consumed)
+                        share = share_milli(t, k, result.consumed)
                         self.gpu_used_milli[node, gpu] += sign * share
                 else:
                     if sign > 0 and self.dev_used[k]:
@@ -469,7 +469,7 @@ class Usage:
         return None
 
 
-def _share(t: DeviceTable, k: int, consumed: Mapping[str, Decimal]) -> int:
+def share_milli(t: DeviceTable, k: int, consumed: Mapping[str, Decimal]) -> int:
     """GPU-milli that consumed capacity of a linked multi-allocation device stands for: the
     largest fraction of any of its capacities taken, at least 1 (something runs on the GPU)."""
     best = 1
