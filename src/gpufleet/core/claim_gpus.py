@@ -43,6 +43,8 @@ class ClaimGpus:
         return self._ask(pod)[1]
 
     def _ask(self, pod: PodSpec) -> tuple[GpuRequest, int]:
+        if not pod.claims:
+            return pod.gpu, gpu_milli(pod.gpu)
         found = self._asked.get(pod.uid)
         if found is None:
             found = self._asked[pod.uid] = self._count(pod)
@@ -50,7 +52,7 @@ class ClaimGpus:
 
     def _count(self, pod: PodSpec) -> tuple[GpuRequest, int]:
         a = self.allocator
-        if not pod.claims or a.check(pod) is not None:
+        if a.check(pod) is not None:
             return pod.gpu, gpu_milli(pod.gpu)  # a pod whose claims cannot be allocated asks nothing through them
         as_gpus = a.as_gpus(pod)
         if as_gpus is not None:
