@@ -150,11 +150,37 @@ def test_a_device_fault_takes_the_claims_gpu_and_the_job_restarts_on_another() -
     assert (result.trace, held) == (plain.trace, plain_held)
 
 
-def test_queues_with_claims_are_refused_by_name() -> None:
-    w = Workload("w", (make_node("n").gpus(1).build(),), (Job((make_pod("a").gpus(1).queue("q").build(),), 0.0, 1.0),),
-                 queues=(Queue("q"),), claims=True)
-    with pytest.raises(ModelError, match="replay of workload w: queues cannot be used .* DRA claims"):
-        replay(w, profile_for("bestfit", ()))
+def test_gangs_and_queues_replays_through_claims_exactly_as_through_extended_resources() -> None:
+    path = Path(str(resources.files("gpufleet.sim.scenarios") / "gangs-and-queues.yaml"))
+    # The file names the queues its pods use; the Queue objects (a guarantee, a limit) are added here.
+    workload = replace(scenario.load(path), queues=(Queue("team-a", limit={"gpu": 24_000}),
+                                                    Queue("team-b", guaranteed={"gpu": 12_000})))
+    result = assert_same(workload)
+    assert result.summary()["finished"] >= 4 and result.preemptions > 0
+
+
+def queued(seed: int) -> Workload:
+    """`generated(seed)` spread over three queues (one with a guarantee, one with a GPU limit)."""
+    base = generated(seed)
+    names = ("research", "prod", "batch")
+    jobs = tuple(replace(j, pods=tuple(replace(p, queue=names[k % 3]) for p in j.pods))
+                 for k, j in enumerate(base.jobs))
+    queues = (Queue("research"), Queue("prod", guaranteed={"gpu": 4000}), Queue("batch", limit={"gpu": 3000}))
+    return replace(base, name=f"queued-{seed}", jobs=jobs, queues=queues)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("policy", [DEFAULT, "bestfit"])
+def test_a_generated_queued_workload_replays_through_claims_exactly_as_through_extended_resources(
+        seed: int, policy: str) -> None:
+    assert_same(queued(seed), policy)
+
+
+def test_the_queued_workloads_do_preempt_meet_their_queue_limit_and_sample_fairness() -> None:
+    results = [run(replace(queued(s), claims=True))[0] for s in range(4)]
+    assert sum(r.preemptions for r in results) > 0
+    assert any("queue batch: limit of 3 GPU reached" in why for r in results for why in r.unscheduled_reasons.values())
+    assert all(r.queue_samples and r.jain_fairness == r.jain_fairness for r in results)  # a number, not nan
 
 
 def test_a_claim_pod_reclaims_from_a_queue_over_its_share_as_an_extended_resource_pod_does() -> None:

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpufleet.core.claim_gpus import ClaimGpus
+from gpufleet.core.claims import ClaimAllocator
 from gpufleet.core.fairshare import fair_shares
-from gpufleet.core.quota import GPU_DIM, QueueBook, pod_gpu_milli
+from gpufleet.core.quota import GPU_DIM, QueueBook
 from gpufleet.model import ClusterSnapshot, PodSpec, PodUid, QueueTree
 
 
@@ -44,7 +46,8 @@ class QueueMeter:
         if now < self._next:
             return
         self._next = now + self.period_s
-        book = QueueBook(self.tree, snap.cluster)
+        asking = ClaimGpus(ClaimAllocator(snap)) if snap.dra.claims else None  # what claims amount to
+        book = QueueBook(self.tree, snap.cluster, asking)
         book.load(snap.placements.values())
         lowest: dict[str, int] = {}
         for p in snap.placements.values():
@@ -53,7 +56,7 @@ class QueueMeter:
         asked: dict[int, int] = {}
         for pod in pending:
             q = book.queue_of(pod.queue)
-            asked[q] = asked.get(q, 0) + pod_gpu_milli(pod)
+            asked[q] = asked.get(q, 0) + book.gpus.milli(pod)
             floor = lowest.get(pod.queue)
             if floor is not None and floor < pod.priority:
                 self.inverted.add(pod.uid)

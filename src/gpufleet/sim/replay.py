@@ -23,10 +23,10 @@ ResourceClaims (`sim.claims`: each node's GPUs published as a ResourceSlice): a 
 claim allocation holds its devices until the pod finishes, is preempted or is hit by a fault,
 and the core places such claims exactly as the extended resources they stand for. Accounting
 (GPU-seconds, attained service, the makespan bound) reads the jobs as the workload gives them.
-A scaler and the workload's queues cannot be combined with claims yet (`replay` refuses
-them): the nodes a scaler adds would need their own ResourceSlices and the scalers read pods'
-extended resources only; the core's queue fair shares, guarantees and limits count a
-pending claim pod as asking no GPU (pods in the one default queue are placed exactly).
+Queues count a claim pod as the GPUs its claims amount to (`core.claim_gpus`), so queued
+workloads replay through claims as through extended resources too. A scaler cannot be
+combined with claims yet (`replay` refuses it): the nodes it adds would need their own
+ResourceSlices and the scalers read pods' extended resources only.
 
 Conservation holds at every moment: arrived = waiting + running + finished.
 """
@@ -193,10 +193,6 @@ def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: floa
         raise ModelError(f"replay of workload {workload.name}",
                          "a scaler cannot be used when GPUs are asked through DRA claims yet: the nodes it adds "
                          "would need ResourceSlices of their own and it reads pods' extended resources only")
-    if workload.claims and workload.queues:
-        raise ModelError(f"replay of workload {workload.name}",
-                         "queues cannot be used when GPUs are asked through DRA claims yet: the core's fair "
-                         "shares, guarantees and limits count a pending claim pod as asking no GPU")
     run = _Replay(workload, profile, seed, sample_s, checkpoint_s, faults, scaler)
     run.observer = observe
     run.observe_every_s = observe_every_s
