@@ -401,7 +401,8 @@ class ClaimAllocator:
         """The devices on node index `node` for each of the pod's unallocated claims, or why not;
         no device linked to a GPU in `avoid` (the pod's own extended-resource GPUs)."""
         t = self.table
-        tentative = _Tentative({k for k in t.node_rows(node) if t.gpu[k] >= 0 and int(t.gpu[k]) in avoid}, {}, {})
+        tentative = _Tentative({k for k in t.node_rows(node)
+                                if int(t.gpu[k]) in avoid or int(t.parent[k]) in avoid}, {}, {})
         out: list[ClaimAllocation] = []
         for claim in self._pending(pod):
             chosen: dict[str, tuple[str, _Picks]] = {}

@@ -165,7 +165,8 @@ class Usage:
     __slots__ = ("cluster", "free_cpu", "free_mem", "free_pods", "gpu_used_milli", "gpu_used_mem",
                  "gpu_healthy", "slice_used", "free_whole", "max_free_milli", "max_free_gmem", "whole_gmem",
                  "free_milli_total", "usable_gpus", "max_free_domain", "max_free_numa", "free_slices", "class_pods",
-                 "node_ready", "fault_at", "version", "dev_used", "dev_free", "counter_used", "cap_used")
+                 "node_ready", "fault_at", "version", "dev_used", "dev_free", "counter_used", "cap_used",
+                 "gpu_parts")
 
     def __init__(self, cluster: Cluster) -> None:
         c = cluster
@@ -213,6 +214,9 @@ class Usage:
         self.counter_used: I64 = np.zeros(len(t.counter_total), dtype=np.int64)
         self.cap_used: I64 = np.zeros(len(t.cap_total), dtype=np.int64)
         """Consumed capacity of multi-allocation devices, milli-units (`DeviceTable.cap_rows`)."""
+        self.gpu_parts: I64 = np.zeros((n, c.max_gpus), dtype=np.int64)
+        """Allocated DRA devices carved from each GPU (`DeviceTable.parent`); while any is, the GPU
+        counts as fully used."""
         self.refresh_rows(np.arange(n))
         if t.n_devices:
             self.refresh_devices(range(t.n_devices))
@@ -401,6 +405,13 @@ class Usage:
                     if gpu >= 0 and gpu not in held_gpus:
                         self.gpu_used_milli[node, gpu] += sign * GPU_MILLI
                         self.gpu_used_mem[node, gpu] += sign * int(self.cluster.gpu_mem[node, gpu])
+                    parent = int(t.parent[k])
+                    if parent >= 0:
+                        was = int(self.gpu_parts[node, parent])
+                        self.gpu_parts[node, parent] = was + sign
+                        if (was == 0) != (was + sign == 0):  # the first partition taken, or the last given back
+                            self.gpu_used_milli[node, parent] += sign * GPU_MILLI
+                            self.gpu_used_mem[node, parent] += sign * int(self.cluster.gpu_mem[node, parent])
                 touched.add(k)
                 if node >= 0:
                     touched.update(t.node_rows(node))
@@ -425,6 +436,10 @@ class Usage:
                     ok = healthy and self.gpu_used_milli[node, gpu] < GPU_MILLI
                 else:
                     ok = healthy and self.gpu_used_milli[node, gpu] == 0 and self.gpu_used_mem[node, gpu] == 0
+            parent = int(t.parent[k])
+            if ok and parent >= 0:  # its GPU free, or taken by partitions only
+                ok = bool(self.gpu_healthy[node, parent]) and (
+                    self.gpu_parts[node, parent] > 0 or self.gpu_used_milli[node, parent] == 0)
             if ok and not t.multi[k]:
                 ok = all(used[c] + a <= total[c] for c, a in t.consumes[k])
             self.dev_free[k] = ok

@@ -34,6 +34,8 @@ MILLI = 1000
 IDENTITY_VALUES = 64
 """An attribute with more distinct values than this in a table identifies devices (see `shapes`)."""
 UUID_ATTRIBUTES = ("uuid",)
+PARENT_ATTRIBUTE = "parentUUID"
+"""A MIG device's attribute naming the GPU it is carved from (NVIDIA's driver, gpufleet's agent)."""
 """Attribute short names (in the driver's domain) that name the GPU a device is."""
 
 
@@ -154,6 +156,15 @@ class DeviceTable:
                     uuid = d.attributes.get(f"{driver}/{short}")
                     if isinstance(uuid, str) and (node, GpuUuid(uuid)) in gpu_uuids:
                         self.gpu[k] = gpu_uuids[(node, GpuUuid(uuid))]
+        self.parent: I64 = np.full(d_count, -1, dtype=np.int64)
+        """For a device carved from a node's GPU (a MIG device or placement, not itself linked by its
+        `uuid`): that GPU's index. While any such device is allocated the GPU is taken for
+        whole-GPU and fractional work, and work on the GPU keeps its partitions out."""
+        if gpu_uuids:
+            for k, (node, driver, _, d, _) in enumerate(rows):
+                parent = d.attributes.get(f"{driver}/{PARENT_ATTRIBUTE}")
+                if self.gpu[k] < 0 and isinstance(parent, str) and (node, GpuUuid(parent)) in gpu_uuids:
+                    self.parent[k] = gpu_uuids[(node, GpuUuid(parent))]
 
     def node_rows(self, i: int) -> range:
         return range(int(self.start[i]), int(self.end[i]))
