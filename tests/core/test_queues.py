@@ -158,9 +158,10 @@ def test_an_elastic_gang_counts_against_its_parent_queue_limit(cfg: QueueingConf
 
 @pytest.mark.parametrize("cfg", ORDERS, ids=["fair", "priority"])
 def test_every_gang_member_counts_against_a_per_model_limit_as_it_is_placed(cfg: QueueingConfig) -> None:
-    """Issue 25: limit 1 T4, a gang of four 1-GPU pods, one 4xT4 and one 4xA100 node: one on T4."""
+    """Issue 25: limit 1 T4, a gang of four 1-GPU pods, one 4xT4 and one 3xA100 node: one on T4.
+    (With a 4xA100 node the gang would go whole onto it: a gang that fits one node goes on one.)"""
     snap = ClusterSnapshot.build(nodes(1, gpus=4, model="T4") + [
-        make_node("z").cpu(64_000).mem_gib(512).gpus(4, model="A100-80GB").build()], pod_groups=[PodGroup("g", 4)])
+        make_node("z").cpu(64_000).mem_gib(512).gpus(3, model="A100-80GB").build()], pod_groups=[PodGroup("g", 4)])
     gang = [make_pod(f"m{i}").gpus(1).queue("a").gang("g").build() for i in range(4)]
     result = run(snap, gang, cfg, [Queue("a", limit={"gpu/T4": 1 * G})])
     assert sorted(b.node for b in result.binds) == ["n0", "z", "z", "z"]

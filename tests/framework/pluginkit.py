@@ -17,6 +17,7 @@ from gpufleet.framework.cycle_state import CycleState
 from gpufleet.framework.interfaces import FilterPlugin, ScorePlugin
 from gpufleet.framework.plugins.fragmentation import TypicalTask
 from gpufleet.framework.profile import ProfileSettings, ScoreRef, build_profile
+from gpufleet.framework.topology_levels import TopologyConfig
 from gpufleet.framework.registry import BuildContext
 from gpufleet.model import ClusterSnapshot, NodeInfo, NodeName, Placement, PodGroup, PodSpec, PodUid
 
@@ -55,8 +56,10 @@ def scores(plugin: ScorePlugin, snap: ClusterSnapshot, pod: PodSpec,
 
 
 def run(nodes: Sequence[NodeInfo], pods: Sequence[PodSpec], *scorers: str, running: Iterable[Placement] = (),
-        groups: Iterable[PodGroup] = (), tasks: tuple[TypicalTask, ...] = (), seed: int = 0) -> CycleResult:
-    profile = build_profile(ProfileSettings(scores=tuple(ScoreRef(s) for s in scorers)), BuildContext(tasks))
+        groups: Iterable[PodGroup] = (), tasks: tuple[TypicalTask, ...] = (), seed: int = 0,
+        topology: TopologyConfig = TopologyConfig()) -> CycleResult:
+    profile = build_profile(ProfileSettings(scores=tuple(ScoreRef(s) for s in scorers), topology=topology),
+                            BuildContext(tasks))
     return schedule(snapshot(nodes, running, groups), pods, profile, now=0.0, rng=random.Random(seed))
 
 

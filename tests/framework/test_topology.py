@@ -8,10 +8,13 @@ import pytest
 from pluginkit import bound, holding, run, scores, snapshot, state
 
 from gpufleet.framework.plugins.topology import Topology, TopologyArgs
+from gpufleet.framework.topology_levels import TopologyConfig
 from gpufleet.model import Cluster, PodGroup, PodSpec
 from gpufleet.testing import make_node, make_pod
 
 RACK = "topology.gpufleet.io/rack"
+SCORER_ONLY = TopologyConfig(gang_default="")
+"""These tests watch the scorer alone: no search for one domain per gang (tests/core/test_gang_topology.py)."""
 
 
 def _busy(node: str, *gpus: int) -> list:  # type: ignore[type-arg]
@@ -126,9 +129,9 @@ def test_without_nvlink_a_four_gpu_pod_prefers_one_numa_node() -> None:
 def test_gang_members_are_pulled_onto_the_nodes_already_chosen() -> None:
     nodes = [make_node(n).gpus(4).label(RACK, n).build() for n in "abc"]
     gang = [make_pod(f"m{i}").gpus(1).gang("g").build() for i in range(4)]
-    spread = run(nodes, gang, "LeastAllocated", groups=[PodGroup("g", 4)])
+    spread = run(nodes, gang, "LeastAllocated", groups=[PodGroup("g", 4)], topology=SCORER_ONLY)
     assert [bound(spread)[f"m{i}"][0] for i in range(4)] == ["a", "b", "c", "a"]
-    packed = run(nodes, gang, "LeastAllocated", "Topology", groups=[PodGroup("g", 4)])
+    packed = run(nodes, gang, "LeastAllocated", "Topology", groups=[PodGroup("g", 4)], topology=SCORER_ONLY)
     assert bound(packed) == {f"m{i}": ("a", (i,)) for i in range(4)}
 
 
@@ -136,7 +139,7 @@ def test_gang_members_that_overflow_a_node_stay_in_its_rack() -> None:
     nodes = [make_node("a").gpus(1).label(RACK, "r1").build(), make_node("b").gpus(4).label(RACK, "r2").build(),
              make_node("c").gpus(4).label(RACK, "r1").build()]
     gang = [make_pod(f"m{i}").gpus(1).gang("g").build() for i in range(3)]
-    plain = run(nodes, gang, "MostAllocated", groups=[PodGroup("g", 3)])
+    plain = run(nodes, gang, "MostAllocated", groups=[PodGroup("g", 3)], topology=SCORER_ONLY)
     assert [bound(plain)[f"m{i}"][0] for i in range(3)] == ["a", "b", "b"]
-    racked = run(nodes, gang, "MostAllocated", "Topology", groups=[PodGroup("g", 3)])
+    racked = run(nodes, gang, "MostAllocated", "Topology", groups=[PodGroup("g", 3)], topology=SCORER_ONLY)
     assert [bound(racked)[f"m{i}"][0] for i in range(3)] == ["a", "c", "c"]

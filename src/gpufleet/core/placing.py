@@ -3,15 +3,19 @@ became of every pod: bound, nominated (after evictions), or unschedulable with a
 
 A gang's members are placed tentatively, each counting the members placed before it; if
 fewer than minMember (counting members already running) fit, the statement rolls every
-tentative placement back and each member says why.
+tentative placement back and each member says why. With a topology level (declared, or the
+profile's default) the gang is first tried inside one domain at a time (`core.gang_topology`):
+required, only there; preferred, level by level upward, then anywhere.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from gpufleet.core.gang_topology import GangPlan
 from gpufleet.core.result import CycleResult, Eviction
 from gpufleet.core.statement import Statement
+from gpufleet.framework.plugins import topology
 from gpufleet.framework.status import Code, Status
 from gpufleet.model import Placement, PodSpec, PodUid
 
@@ -102,7 +106,6 @@ class Placer:
         running = self.running_members(group_key)
         # Without a PodGroup object the gang is the pending members themselves: all of them.
         need = group.min_member - running if group else len(members)
-        placed: list[Placement] = []
         failures: dict[PodUid, Status] = {}
         if group is not None and group.max_member is not None:
             room = max(group.max_member - running, 0)
@@ -110,20 +113,29 @@ class Placer:
                 failures[pod.uid] = Status(Code.UNSCHEDULABLE, (
                     f"pod group {group_key} already has maxMember {group.max_member} pods running or placed",), "Gang")
             members = members[:room]
+        plan = self.statement.gangs.plan(group_key, group)
+        if plan.problem is not None:
+            self.fail(members, plan.problem, topology.NAME)
+            self.unschedulable.update(failures)
+            return []
+        if plan.ladder and members:
+            done = self._in_one_domain(group_key, members, need, plan, admission)
+            if not isinstance(done, str):
+                self.binds.extend(done[0])
+                self.unschedulable.update({**failures, **done[1]})
+                return done[0]
+            if plan.required is not None:
+                self.fail(members, done, topology.NAME)
+                self.unschedulable.update(failures)
+                return []
         mark = self.statement.checkpoint()
-        for pod in members:
-            result = self._try(pod, admission)
-            if isinstance(result, Placement):
-                placed.append(result)
-            else:
-                failures[pod.uid] = result
+        placed, tried = self._attempt(members, admission)
+        failures.update(tried)
         if len(placed) >= need:
             self.binds.extend(placed)
             self.unschedulable.update(failures)
             return placed
-        for change in self.statement.rollback(mark):
-            if admission is not None:
-                admission.removed(change.placement)
+        self._undo(mark, admission)
         why = (f"pod group {group_key}: only {len(placed) + running} of minMember "
                f"{need + running} pods could be placed together")
         self.unschedulable.update(failures)  # members beyond maxMember keep their own reason
@@ -132,3 +144,44 @@ class Placer:
             reasons = (why,) + (inner.reasons if inner else ())
             self.unschedulable[pod.uid] = Status(Code.UNSCHEDULABLE, reasons, "Gang")
         return []
+
+    def _attempt(self, members: list[PodSpec], admission: Admission | None
+                 ) -> tuple[list[Placement], dict[PodUid, Status]]:
+        placed: list[Placement] = []
+        failures: dict[PodUid, Status] = {}
+        for pod in members:
+            result = self._try(pod, admission)
+            if isinstance(result, Placement):
+                placed.append(result)
+            else:
+                failures[pod.uid] = result
+        return placed, failures
+
+    def _undo(self, mark: int, admission: Admission | None) -> None:
+        for change in self.statement.rollback(mark):
+            if admission is not None:
+                admission.removed(change.placement)
+
+    def _in_one_domain(self, group_key: str, members: list[PodSpec], need: int, plan: GangPlan,
+                       admission: Admission | None) -> tuple[list[Placement], dict[PodUid, Status]] | str:
+        """The gang placed inside one domain of the plan's levels, lowest first, with the
+        members that did not fit; else why not (naming the levels tried). A required level
+        takes a domain that holds minMember (extra members that do not fit there wait); a
+        preferred one only a domain that holds every member, so an elastic gang is not cut
+        down to what one domain holds."""
+        statement, gangs = self.statement, self.statement.gangs
+        fits = statement.feasible_under(members[0], statement.view.usage)
+        levels = [statement.profile.topology.levels[k] for k in plan.ladder]
+        want = max(need, 1) if plan.required is not None else max(need, len(members))
+        for level in plan.ladder:
+            for domain in gangs.candidates(group_key, level, members, want, statement.view.usage, fits):
+                statement.confine(gangs.mask(level, domain), ("confined", level, domain))
+                mark = statement.checkpoint()
+                placed, failures = self._attempt(members, admission)
+                statement.confine(None)
+                if len(placed) >= want:
+                    return placed, failures
+                self._undo(mark, admission)
+        running = self.running_members(group_key)
+        return (f"pod group {group_key}: no domain of {' or '.join(levels)} has room for its "
+                f"{want + running} pods together (topology level {levels[0]})")

@@ -10,6 +10,10 @@ Every change is journalled: `checkpoint()` marks the journal and `rollback(mark)
 the changes made since, newest first, and returns them so that a caller can undo its own
 accounting (queue usage, victims chosen) in step.
 
+Gangs with a required topology level stay inside one domain of it: `_feasible` adds the
+mask `core.gang_topology` gives (the domain the gang's members are in), and `confine` keeps
+the next pods inside a domain `core.placing` is trying for a gang.
+
 The statement also keeps the cycle's filter-failure cache: a pod whose constraints equal
 those of a pod that already found no node (under the same node mask) fails the same way,
 until capacity is given back (a rollback or an eviction bumps `epoch`).
@@ -25,6 +29,7 @@ import numpy as np
 
 from gpufleet.core import explain as explaining
 from gpufleet.core.claims import ClaimAllocator
+from gpufleet.core.gang_topology import GangTopology
 from gpufleet.framework.cycle_state import CycleState
 from gpufleet.framework.interfaces import View
 from gpufleet.framework.plugins.gpu_fit import default_devices
@@ -82,6 +87,10 @@ class Statement:
         self._epoch = 0
         self._mask: np.ndarray | None = None
         self._mask_key: object = None
+        self._confined: np.ndarray | None = None
+        self._confined_key: object = None
+        self.gangs = GangTopology(snapshot, profile.topology)
+        """Topology domains and where each gang's members are (`core.gang_topology`)."""
         self._uniform: list[tuple[int, Callable[[CycleState, PodSpec, View], bool] | None]] = [
             (k, plugin.uniform if profile.uniform[k] else None)  # type: ignore[attr-defined]
             for k, (plugin, _) in enumerate(profile.scores)]
@@ -97,6 +106,11 @@ class Statement:
         `key` names the mask in the failure cache: pods fail alike only under the same key."""
         self._mask, self._mask_key = mask, key
 
+    def confine(self, mask: np.ndarray | None, key: object = None) -> None:
+        """Place the next pods only inside `mask` too (a topology domain tried for a gang; None:
+        anywhere). Independent of `restrict`, which the queue layer sets per pod."""
+        self._confined, self._confined_key = mask, key
+
     # -- placing -----------------------------------------------------------------------------
     def place(self, pod: PodSpec) -> Placement | Status:
         """Find `pod` a node and devices and place it, or say why it fits nowhere.
@@ -111,7 +125,8 @@ class Statement:
             as_gpus = self.claims.as_gpus(pod)
             if as_gpus is not None:
                 pod = replace(pod, gpu=as_gpus)  # placed as the GPUs its claims amount to
-        key: tuple[object, ...] = (constraint_key(pod), self._mask_key)
+        gang_mask, gang_key = self.gangs.constraint(pod) if pod.pod_group else (None, None)
+        key: tuple[object, ...] = (constraint_key(pod), self._mask_key, self._confined_key, gang_key)
         if pod.claims:
             key += (self.claims.key(pod),)  # type: ignore[union-attr]
         hit = self._failed.get(key)
@@ -120,7 +135,7 @@ class Statement:
         status = self._pre_filter(pod) if self.profile.pre_filters else None
         if status is not None:
             return status  # not cached: a pre-filter sees the whole pod, not only its constraint key
-        nodes = self._feasible(pod)
+        nodes = self._feasible(pod, gang_mask)
         if len(nodes) == 0:
             why = (explaining.explain(self.state, pod, self.view, self.profile.filters) if self.explain
                    else f"0/{self.view.cluster.n_nodes} nodes are available.")
@@ -177,6 +192,7 @@ class Statement:
             self.claims.placed(claims, 1)
         if pod.pod_group:
             self._in_group[pod.pod_group] = self._in_group.get(pod.pod_group, 0) + 1
+            self.gangs.add(pod.pod_group, node, 1)
         for plugin in self.profile.reserves:
             plugin.reserve(self.state, pod, self.view, node)
         self._journal.append(Change(placement, pod))
@@ -184,7 +200,10 @@ class Statement:
 
     def evict(self, placement: Placement) -> None:
         """Take a running pod's holdings off its node."""
-        self.view.usage.place(placement, self.view.cluster.index[placement.node], sign=-1)
+        node = self.view.cluster.index[placement.node]
+        self.view.usage.place(placement, node, sign=-1)
+        if placement.pod_group is not None:
+            self.gangs.add(placement.pod_group, node, -1)
         self._journal.append(Change(placement, None))
         self._epoch += 1
 
@@ -204,12 +223,15 @@ class Statement:
             pod = change.pod
             if pod is None:
                 self.view.usage.place(change.placement, node)
+                if change.placement.pod_group is not None:
+                    self.gangs.add(change.placement.pod_group, node, 1)
                 continue
             self.view.usage.place(change.placement, node, sign=-1)
             if change.placement.claims and self.claims is not None:
                 self.claims.placed(change.placement.claims, -1)
             if pod.pod_group:
                 self._in_group[pod.pod_group] -= 1
+                self.gangs.add(pod.pod_group, node, -1)
             for plugin in self.profile.reserves:
                 plugin.unreserve(self.state, pod, self.view, node)
             gave_back = True
@@ -247,9 +269,18 @@ class Statement:
                 return status
         return None
 
-    def _feasible(self, pod: PodSpec) -> np.ndarray:
+    def _feasible(self, pod: PodSpec, gang_mask: np.ndarray | None | bool = False) -> np.ndarray:
+        """The nodes where `pod` passes every filter, the queue layer's mask, the domain it is
+        confined to and its gang's required domain (`gang_mask`: as `place` computed it; False:
+        compute it here)."""
         mask = self._mask
         owned = False  # whether `mask` is this call's own array (a plugin's or the queue layer's is never changed)
+        if gang_mask is False:
+            gang_mask = self.gangs.constraint(pod)[0] if pod.pod_group else None
+        for extra in (self._confined, gang_mask):
+            if isinstance(extra, np.ndarray):
+                mask = extra if mask is None else mask & extra
+                owned = mask is not extra and mask is not self._mask
         for plugin in self.profile.filters:
             m = plugin.filter(self.state, pod, self.view)
             if m is None:

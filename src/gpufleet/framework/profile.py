@@ -31,6 +31,7 @@ from gpufleet.framework.interfaces import (KEEPS_FIRST_MAX, DevicePicker, Filter
 from gpufleet.framework.plugins.fragmentation import TypicalTask, typical_tasks
 from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.framework.registry import NEEDS_TYPICAL_TASKS, BuildContext, Entry, NoArgs, default_registry
+from gpufleet.framework.topology_levels import TopologyConfig
 from gpufleet.model import PodSpec
 from gpufleet.model import documents
 
@@ -57,6 +58,7 @@ class ProfileSettings:
     plugin_args: Mapping[str, Any] = field(default_factory=dict)
     """Validated `Args` dataclass per plugin name."""
     queueing: QueueingConfig = QueueingConfig()
+    topology: TopologyConfig = TopologyConfig()
 
     @property
     def needs_typical_tasks(self) -> bool:
@@ -83,6 +85,8 @@ class Profile:
     keeps_first_max: tuple[bool, ...] = ()
     """Per entry of `scores`: whether its normalisation keeps the first highest raw score first
     (`interfaces.KEEPS_FIRST_MAX`)."""
+    topology: TopologyConfig = TopologyConfig()
+    """Topology levels for gangs and the default level of a gang that declares none."""
 
 
 _MAX_WEIGHT = 1e300
@@ -173,7 +177,8 @@ def build_profile(settings: ProfileSettings, context: BuildContext = BuildContex
                    settings.queueing,
                    tuple(isinstance(p, UniformScorePlugin) for p, _ in scores),
                    tuple(isinstance(p, NormalizeScorePlugin) and getattr(p, KEEPS_FIRST_MAX, False) is True
-                         for p, _ in scores))
+                         for p, _ in scores),
+                   settings.topology)
 
 
 # -- YAML -------------------------------------------------------------------------------------
@@ -201,7 +206,7 @@ def load_profiles(text: str, source: str = "profile", registry: Mapping[str, Ent
 
 def _profile(raw: object, where: str, reg: Mapping[str, Entry]) -> ProfileSettings:
     body = _mapping(raw, where)
-    _only(body, {"schedulerName", "plugins", "pluginConfig", "queueing"}, where)
+    _only(body, {"schedulerName", "plugins", "pluginConfig", "queueing", "topology"}, where)
     name = body.get("schedulerName", "gpufleet")
     if not isinstance(name, str) or not name:
         raise ProfileError(f"{where}.schedulerName: must be a non-empty string")
@@ -229,7 +234,11 @@ def _profile(raw: object, where: str, reg: Mapping[str, Entry]) -> ProfileSettin
     problem = queueing.problem()
     if problem is not None:
         raise ProfileError(f"{where}.queueing.{problem[0]}: {problem[1]}")
-    return ProfileSettings(name, filters, scores, args, queueing)
+    topology = parse_args(TopologyConfig, body.get("topology", {}), f"{where}.topology")
+    problem = topology.problem()
+    if problem is not None:
+        raise ProfileError(f"{where}.topology.{problem[0]}: {problem[1]}")
+    return ProfileSettings(name, filters, scores, args, queueing, topology)
 
 
 def _enabled(raw: object, where: str) -> list[object]:

@@ -33,6 +33,7 @@ from gpufleet.model import (GPU_MILLI, GPU_PRODUCT_LABEL, Gpu, GpuRequest, GpuUu
                             TolerationOperator, gpu_fraction, mig_slices, whole_gpus)
 from gpufleet.model import annotations as ann
 from gpufleet.model import documents
+from gpufleet.model import pod as pod_model
 from gpufleet.model import queue as queues
 from gpufleet.model import units
 from gpufleet.model.pod import NO_GPU
@@ -353,8 +354,15 @@ def assignment(p: Placement, node: NodeInfo) -> ann.GpuAssignment:
 # -- custom resources -----------------------------------------------------------------------
 
 def pod_group(obj: Obj) -> PodGroup:
+    """The PodGroup, with KAI-Scheduler's topology annotations (`model.pod`) when set; their
+    values are checked against the profile's levels when the gang is placed (a level the
+    profile lacks makes the gang wait with a reason naming the group and the annotation)."""
     m, spec = meta(obj), obj.get("spec") or {}
-    return PodGroup(str(m.get("name", "")), spec.get("minMember", 1), str(m.get("namespace") or "default"))
+    notes = m.get("annotations") or {}
+    required = notes.get(pod_model.REQUIRED_TOPOLOGY_ANNOTATION) or None
+    preferred = notes.get(pod_model.PREFERRED_TOPOLOGY_ANNOTATION) or None
+    return PodGroup(str(m.get("name", "")), spec.get("minMember", 1), str(m.get("namespace") or "default"),
+                    required_topology=required, preferred_topology=preferred)
 
 
 def queue(obj: Obj) -> Queue:

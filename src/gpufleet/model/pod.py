@@ -206,6 +206,16 @@ class PodSpec:
         return f"{self.namespace}/{self.name}"
 
 
+TOPOLOGY_ANNOTATION = "kai.scheduler/topology"
+"""KAI-Scheduler's name of the Topology object a gang's levels come from; read for compatibility
+(gpufleet's levels are the profile's `topology.levels`), not acted on."""
+REQUIRED_TOPOLOGY_ANNOTATION = "kai.scheduler/topology-required-placement"
+"""On a PodGroup: a node label key (a topology level); every member runs in one domain of it."""
+PREFERRED_TOPOLOGY_ANNOTATION = "kai.scheduler/topology-preferred-placement"
+"""On a PodGroup: a node label key; members go into one domain of it when they fit, else of the
+next level up, else anywhere."""
+
+
 @dataclass(frozen=True, slots=True)
 class PodGroup:
     """A gang (scheduler-plugins PodGroup): at least `min_member` pods run together or none do."""
@@ -216,6 +226,13 @@ class PodGroup:
     max_member: int | None = None
     """Elastic gangs: members beyond `min_member` (up to this many in all) run when they fit
     and are the first victims of preemption. None = as many as the job creates."""
+    required_topology: str | None = None
+    """`kai.scheduler/topology-required-placement`: the level (node label key) all members run
+    inside one domain of, or the gang waits. Checked against the profile's levels when placed,
+    so a level the profile does not list makes the gang wait with a reason, not a crash."""
+    preferred_topology: str | None = None
+    """`kai.scheduler/topology-preferred-placement`: the level tried first; None = the profile's
+    `topology.gangDefault`."""
 
     def __post_init__(self) -> None:
         if isinstance(self.min_member, bool) or not isinstance(self.min_member, int) or self.min_member < 1:
@@ -225,6 +242,11 @@ class PodGroup:
                                             or self.max_member < self.min_member):
             raise ModelError(f"podgroup {self.namespace}/{self.name}: maxMember",
                              f"must be a whole number >= minMember ({self.min_member}), got {self.max_member!r}")
+        for key, value in ((REQUIRED_TOPOLOGY_ANNOTATION, self.required_topology),
+                           (PREFERRED_TOPOLOGY_ANNOTATION, self.preferred_topology)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ModelError(f"podgroup {self.namespace}/{self.name}: {key}",
+                                 f"must be a node label key naming a topology level, got {value!r}")
 
     @property
     def key(self) -> str:

@@ -33,6 +33,7 @@ from gpufleet.model import (GPU_PRODUCT_LABEL, NO_GPU, Gpu, GpuRequest, GpuUuid,
                             NodeName, NodeSelectorRequirement, NodeSelectorTerm, Operator, PodGroup, PodSpec,
                             PodUid, Taint, TaintEffect, Toleration, TolerationOperator, gpu_fraction,
                             mig_slices, units, whole_gpus)
+from gpufleet.model import pod as pod_model
 from gpufleet.model.annotations import (GPU_MEMORY_RESOURCE, GPU_MILLI_RESOURCE, GPU_RESOURCE,
                                         mig_profile_of)
 from gpufleet.sim.traces._yaml import Loc, compose
@@ -279,13 +280,22 @@ def _toleration(loc: Loc) -> Toleration:
 
 
 def _gang(loc: Loc, name: str, namespace: str, replicas: int) -> PodGroup | None:
-    """`gang: true` (all replicas), `gang: false`, or `gang: {minMember: n}`."""
+    """`gang: true` (all replicas), `gang: false`, or `gang: {minMember: n, annotations: {...}}`:
+    the PodGroup's topology annotations, in KAI-Scheduler's names, as on the live object."""
     if loc.is_scalar():
         return PodGroup(name, replicas, namespace) if loc.boolean() else None
-    min_member = loc.mapping(("minMember",), required=("minMember",))["minMember"]
-    if min_member.integer(minimum=1) > replicas:
-        raise min_member.error(f"minMember {min_member.integer()} exceeds replicas {replicas}")
-    return PodGroup(name, min_member.integer(), namespace)
+    spec = loc.mapping(("minMember", "annotations"))
+    min_member = replicas
+    if "minMember" in spec:
+        min_member = spec["minMember"].integer(minimum=1)
+        if min_member > replicas:
+            raise spec["minMember"].error(f"minMember {min_member} exceeds replicas {replicas}")
+    notes = spec["annotations"].mapping((pod_model.TOPOLOGY_ANNOTATION, pod_model.REQUIRED_TOPOLOGY_ANNOTATION,
+                                         pod_model.PREFERRED_TOPOLOGY_ANNOTATION)) if "annotations" in spec else {}
+    required, preferred = (notes[k].text() if k in notes else None for k in (
+        pod_model.REQUIRED_TOPOLOGY_ANNOTATION, pod_model.PREFERRED_TOPOLOGY_ANNOTATION))
+    return PodGroup(name, min_member, namespace, required_topology=required or None,
+                    preferred_topology=preferred or None)
 
 
 def _duration(loc: Loc) -> float | None:
