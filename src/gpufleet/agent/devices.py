@@ -55,6 +55,24 @@ class MigDeviceInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class CarvedInstance:
+    """A MIG device the agent carved: one GPU instance at a placement with one compute instance
+    spanning it, as `GpuBackend.create_mig_instance` returns it and `prepared.json` records it."""
+
+    gpu_uuid: str
+    """The parent GPU."""
+    uuid: str
+    """The new MIG device's UUID: what the claim's container sees, and what destroying it looks up."""
+    gi: int
+    ci: int
+    profile_id: int
+    """NVML's GPU-instance profile id it was created with."""
+    start: int
+    size: int
+    """Its placement: memory slices `start` to `start + size - 1`."""
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceInfo:
     """One physical GPU."""
 

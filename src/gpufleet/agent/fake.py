@@ -4,10 +4,17 @@ Fixtures ship in `gpufleet/agent/fixtures/` and are named by file stem (`h100-sx
 other path to a YAML file of the same shape works too. A fixture holds `system`, a `board`
 (the fields every GPU shares), `gpus` (per-GPU fields, which override the board's) and
 `nvlink` (groups of GPU indices that reach each other over NVLink).
+
+Carving is a dry run of what NVML does: the backend keeps its devices in memory, and
+`create_mig_instance`/`destroy_mig_instance` change the MIG devices `devices()` reports, refusing
+what NVML refuses (MIG mode off, a profile or placement the GPU does not offer, memory slices
+already held, more instances of a profile than the GPU takes, a busy device).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import threading
 from collections import deque
 from importlib import resources
@@ -60,18 +67,56 @@ class FakeBackend:
     def __init__(self, system: dev.SystemInfo, gpus: tuple[dev.DeviceInfo, ...]) -> None:
         self._system = system
         self._gpus = gpus
+        self._lock = threading.Lock()
+        """Guards `_gpus`, which carving replaces."""
+        self._serial = itertools.count(1)
         self._events: deque[dev.HealthEvent] = deque()
         self._cond = threading.Condition()
         self.closed = False
         """Set by close(); tests check that the agent released its backend."""
         self.exclusive: dict[str, bool] = {}
         """Compute mode per GPU as the agent last set it (True: EXCLUSIVE_PROCESS)."""
+        self.busy: set[str] = set()
+        """MIG UUIDs a process runs on, as a test says: destroying them fails as NVML's does."""
+        self.fail_compute_instance: str | None = None
+        """When set, creating a compute instance fails with this message (the GPU instance is undone)."""
 
     def system(self) -> dev.SystemInfo:
         return self._system
 
     def devices(self) -> tuple[dev.DeviceInfo, ...]:
-        return self._gpus
+        with self._lock:
+            return self._gpus
+
+    def set_mig_mode(self, gpu_uuid: str, enabled: bool) -> None:
+        """Turn MIG mode on or off, as `nvidia-smi -mig` does with the GPU idle (tests)."""
+        with self._lock:
+            self._replace(self._gpu(gpu_uuid), mig_enabled=enabled)
+
+    def create_mig_instance(self, gpu_uuid: str, profile_id: int, start: int, size: int) -> dev.CarvedInstance:
+        where = f"GPU {gpu_uuid}: cannot create a GPU instance of profile {profile_id} at {start}:{size}"
+        with self._lock:
+            g = self._gpu(gpu_uuid)
+            profile = self._check_carve(g, profile_id, start, size, where)
+            gi = min(set(range(1, len(g.mig_devices) + 2)) - {m.gi for m in g.mig_devices})
+            if self.fail_compute_instance is not None:  # the GPU instance is destroyed again: nothing changes
+                raise BackendError(f"{where}: nvmlGpuInstanceCreateComputeInstance failed: "
+                                   f"{self.fail_compute_instance}")
+            uuid = f"MIG-fake-{g.index}-{gi}-{next(self._serial):04d}"
+            mig = dev.MigDeviceInfo(uuid, gi, 0, profile.index, profile.slices, profile.multiprocessors, start)
+            self._replace(g, mig_devices=(*g.mig_devices, mig))
+        return dev.CarvedInstance(gpu_uuid, uuid, gi, 0, profile_id, start, size)
+
+    def destroy_mig_instance(self, gpu_uuid: str, mig_uuid: str) -> bool:
+        with self._lock:
+            g = self._gpu(gpu_uuid)
+            if all(m.uuid != mig_uuid for m in g.mig_devices):
+                return False
+            if mig_uuid in self.busy:
+                raise BackendError(f"GPU {gpu_uuid}: cannot destroy MIG device {mig_uuid}: device busy "
+                                   "(a process is running on it)")
+            self._replace(g, mig_devices=tuple(m for m in g.mig_devices if m.uuid != mig_uuid))
+        return True
 
     def wait_event(self, timeout_s: float) -> dev.HealthEvent | None:
         with self._cond:
@@ -86,6 +131,37 @@ class FakeBackend:
 
     def close(self) -> None:
         self.closed = True
+
+    def _gpu(self, uuid: str) -> dev.DeviceInfo:
+        found = next((g for g in self._gpus if g.uuid == uuid), None)
+        if found is None:
+            raise BackendError(f"nvmlDeviceGetHandleByUUID failed: no GPU {uuid}")
+        return found
+
+    def _replace(self, g: dev.DeviceInfo, **changes: Any) -> None:
+        self._gpus = tuple(dataclasses.replace(d, **changes) if d is g else d for d in self._gpus)
+
+    @staticmethod
+    def _check_carve(g: dev.DeviceInfo, profile_id: int, start: int, size: int, where: str) -> dev.MigProfileInfo:
+        """The profile, if NVML would carve it there now; else BackendError saying why not."""
+        if not g.mig_enabled:
+            raise BackendError(f"{where}: MIG mode is off")
+        profile = next((p for p in g.mig_profiles if p.profile_id == profile_id), None)
+        if profile is None:
+            offered = sorted(p.profile_id for p in g.mig_profiles if p.profile_id is not None)
+            raise BackendError(f"{where}: unknown profile (the GPU offers {offered})")
+        if (start, size) not in profile.placements:
+            raise BackendError(f"{where}: not a placement of this profile "
+                               f"(allowed: {', '.join(f'{s}:{n}' for s, n in profile.placements)})")
+        by_index = {p.index: p for p in g.mig_profiles}
+        for m in g.mig_devices:
+            held = _held_slices(m, by_index[m.profile_index])
+            if held & set(range(start, start + size)):
+                raise BackendError(f"{where}: placement taken (MIG device {m.uuid}, GPU instance {m.gi}, "
+                                   f"holds memory slices {sorted(held)})")
+        if sum(1 for m in g.mig_devices if m.profile_index == profile.index) >= profile.instances:
+            raise BackendError(f"{where}: the GPU holds at most {profile.instances} instances of this profile")
+        return profile
 
     def inject(self, event: dev.HealthEvent) -> None:
         with self._cond:
@@ -104,6 +180,14 @@ class FakeBackend:
 
     def inject_lost(self) -> None:
         self.inject(dev.HealthEvent(dev.EventKind.LOST, None))
+
+
+def _held_slices(m: dev.MigDeviceInfo, p: dev.MigProfileInfo) -> set[int]:
+    """The memory slices a MIG device holds; all of them when the fixture does not say where it sits."""
+    size = next((n for s, n in p.placements if s == m.placement_start), None)
+    if m.placement_start is None or size is None:
+        return set(range(max((s + n for s, n in p.placements), default=8)))
+    return set(range(m.placement_start, m.placement_start + size))
 
 
 def _parse(data: Mapping[str, Any]) -> tuple[dev.SystemInfo, tuple[dev.DeviceInfo, ...]]:

@@ -10,6 +10,14 @@ NVLink, row remapping) are left out instead of failing discovery.
 Health: one event set registered for XidCritical and DoubleBitEcc on every GPU that
 supports them (as NVIDIA's plugin does, single-bit ECC is not acted on), plus a poll of
 the row-remapping failure flag every `remap_poll_s`, which NVML reports by query, not event.
+
+Carving (Dynamic MIG prepare): a GPU instance is created at an explicit placement
+(`nvmlDeviceCreateGpuInstanceWithPlacement`), then one compute instance of the compute profile
+with as many slices as the GPU instance; if anything after the GPU instance fails, what was
+created is destroyed again, so a failed carve leaves the old layout. Destroying finds the MIG
+device by UUID among the GPU's MIG devices, refuses while a process runs on it, and destroys
+the compute instance, then the GPU instance. Written from NVML's API and checked against a stub
+of the pynvml functions only; not yet run on a GPU (docs/hardware.md).
 """
 
 from __future__ import annotations
@@ -28,6 +36,15 @@ from gpufleet.agent.backend import BackendError, BackendUnavailableError
 log = logging.getLogger(__name__)
 _MIB = 2**20
 _UNAVAILABLE = ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded", "NVMLError_NoPermission")
+_CARVE_HINTS = {
+    "NVMLError_InsufficientResources": " (placement taken: an instance holds some of these memory slices, "
+                                       "or the GPU has no room left for this profile)",
+    "NVMLError_InUse": " (device busy: a process is running on it)",
+    "NVMLError_NoPermission": " (carving needs root: run the agent privileged)",
+    "NVMLError_InvalidArgument": " (not a profile or placement this GPU offers)",
+    "NVMLError_NotSupported": " (MIG mode is off, or the GPU or driver cannot do this)",
+}
+"""What an NVML error means when carving or destroying, appended to its message."""
 
 
 def _import_pynvml() -> Any:
@@ -94,6 +111,49 @@ class NvmlBackend:
         handle = self._call("nvmlDeviceGetHandleByUUID", gpu_uuid)
         self._call("nvmlDeviceSetComputeMode", handle, mode)
 
+    def create_mig_instance(self, gpu_uuid: str, profile_id: int, start: int, size: int) -> dev.CarvedInstance:
+        nvml = self._nvml
+        where = f"GPU {gpu_uuid}: cannot create a GPU instance of profile {profile_id} at {start}:{size}"
+        h = self._carve_call(where, "nvmlDeviceGetHandleByUUID", gpu_uuid)
+        if self._carve_call(where, "nvmlDeviceGetMigMode", h)[0] != nvml.NVML_DEVICE_MIG_ENABLE:
+            raise BackendError(f"{where}: MIG mode is off")
+        slices = self._gi_slices(h, profile_id)
+        if slices is None:
+            raise BackendError(f"{where}: unknown profile (the GPU does not offer it)")
+        placement = nvml.c_nvmlGpuInstancePlacement_t()
+        placement.start, placement.size = start, size
+        gi = self._carve_call(where, "nvmlDeviceCreateGpuInstanceWithPlacement", h, profile_id, placement)
+        ci = None
+        try:
+            ci = self._carve_call(where, "nvmlGpuInstanceCreateComputeInstance", gi, self._ci_profile(where, gi, slices))
+            gi_id = int(self._carve_call(where, "nvmlGpuInstanceGetInfo", gi).id)
+            ci_id = int(self._carve_call(where, "nvmlComputeInstanceGetInfo", ci).id)
+            uuid = self._mig_uuid(where, h, gi_id, ci_id)
+        except BackendError:
+            self._undo(gpu_uuid, gi, ci)
+            raise
+        return dev.CarvedInstance(gpu_uuid, uuid, gi_id, ci_id, profile_id, start, size)
+
+    def destroy_mig_instance(self, gpu_uuid: str, mig_uuid: str) -> bool:
+        where = f"GPU {gpu_uuid}: cannot destroy MIG device {mig_uuid}"
+        h = self._carve_call(where, "nvmlDeviceGetHandleByUUID", gpu_uuid)
+        m = next((m for m in self._mig_handles(where, h) if str(self._carve_call(where, "nvmlDeviceGetUUID", m))
+                  == mig_uuid), None)
+        if m is None:
+            return False
+        running = self._optional("nvmlDeviceGetComputeRunningProcesses", m)
+        if running:
+            raise BackendError(f"{where}: device busy ({len(running)} processes running on it)")
+        gi_id = int(self._carve_call(where, "nvmlDeviceGetGpuInstanceId", m))
+        gi = self._carve_call(where, "nvmlDeviceGetGpuInstanceById", h, gi_id)
+        ci = self._carve_call(where, "nvmlGpuInstanceGetComputeInstanceById", gi,
+                              int(self._carve_call(where, "nvmlDeviceGetComputeInstanceId", m)))
+        self._carve_call(where, "nvmlComputeInstanceDestroy", ci)
+        self._carve_call(f"GPU {gpu_uuid}: destroyed the compute instance of MIG device {mig_uuid} but not its "
+                         f"GPU instance {gi_id} (`nvidia-smi mig -dgi -gi {gi_id}` removes it)",
+                         "nvmlGpuInstanceDestroy", gi)
+        return True
+
     def close(self) -> None:
         if self._closed:
             return
@@ -118,6 +178,55 @@ class NvmlBackend:
     def _call(self, name: str, *args: Any) -> Any:
         with self._errors(name):
             return getattr(self._nvml, name)(*args)
+
+    def _carve_call(self, where: str, name: str, *args: Any) -> Any:
+        """A carving call: NVML's error as BackendError saying what it means there."""
+        try:
+            return getattr(self._nvml, name)(*args)
+        except self._nvml.NVMLError as exc:
+            raise BackendError(f"{where}: {name} failed: {exc}{_CARVE_HINTS.get(type(exc).__name__, '')}") from exc
+
+    def _gi_slices(self, h: Any, profile_id: int) -> int | None:
+        """Compute slices of the GPU-instance profile with NVML id `profile_id`; None if the GPU has none such."""
+        for index in range(self._nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            p = self._optional("nvmlDeviceGetGpuInstanceProfileInfo", h, index)
+            if p is not None and int(p.id) == profile_id:
+                return int(p.sliceCount)
+        return None
+
+    def _ci_profile(self, where: str, gi: Any, slices: int) -> int:
+        """NVML id of the compute-instance profile that spans the whole GPU instance (`slices` slices)."""
+        nvml = self._nvml
+        for index in range(nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+            p = self._optional("nvmlGpuInstanceGetComputeInstanceProfileInfo", gi, index,
+                               nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            if p is not None and int(p.sliceCount) == slices:
+                return int(p.id)
+        raise BackendError(f"{where}: the GPU instance offers no compute-instance profile of {slices} slices")
+
+    def _mig_handles(self, where: str, h: Any) -> Iterator[Any]:
+        for j in range(int(self._carve_call(where, "nvmlDeviceGetMaxMigDeviceCount", h))):
+            m = self._optional("nvmlDeviceGetMigDeviceHandleByIndex", h, j)
+            if m is not None:  # else an empty slot
+                yield m
+
+    def _mig_uuid(self, where: str, h: Any, gi_id: int, ci_id: int) -> str:
+        for m in self._mig_handles(where, h):
+            if (int(self._carve_call(where, "nvmlDeviceGetGpuInstanceId", m)) == gi_id
+                    and int(self._carve_call(where, "nvmlDeviceGetComputeInstanceId", m)) == ci_id):
+                return str(self._carve_call(where, "nvmlDeviceGetUUID", m))
+        raise BackendError(f"{where}: NVML lists no MIG device for GPU instance {gi_id}, compute instance {ci_id}")
+
+    def _undo(self, gpu_uuid: str, gi: Any, ci: Any) -> None:
+        """Destroy what a failed carve created, compute instance first; a failure here is logged, since
+        the carve's own error is the one to report."""
+        try:
+            if ci is not None:
+                self._nvml.nvmlComputeInstanceDestroy(ci)
+            self._nvml.nvmlGpuInstanceDestroy(gi)
+        except self._nvml.NVMLError as exc:
+            log.error("GPU %s: a failed carve left a MIG instance behind (destroying it failed: %s); "
+                      "`nvidia-smi mig -lgi` shows it", gpu_uuid, exc)
 
     def _optional(self, name: str, *args: Any) -> Any:
         """A query some GPUs or drivers do not support: None instead of an error."""
