@@ -1,6 +1,7 @@
 """The agent as the kubelet's DRA plugin, through a kubelet-side peer over real unix sockets
 (`drakubelet.py`): registration, preparing claims into CDI specs, refusing what must not be
-handed out, unpreparing, and a restart that remembers what was prepared."""
+handed out, unpreparing, and a restart that remembers what was prepared. Dynamic MIG placements,
+carved at prepare, are in test_draplugin_carve.py."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from gpufleet.agent import fake, inventory
 from gpufleet.agent import resourceslices as rs
 from gpufleet.agent.draplugin import CheckpointError, DraPlugin
 from gpufleet.agent.kube import KubeAccessError
-from gpufleet.agent.resourceslices import MigMode, SliceOptions
+from gpufleet.agent.resourceslices import SliceOptions
 
 from .drakubelet import DraEndpoint, register
 
@@ -195,19 +196,6 @@ def test_a_carved_mig_instance_is_prepared_with_its_parents_node_and_its_own_uui
         mig = fake.load_fixture("a100-mig").devices()[1].mig_devices[3].uuid
         assert spec["devices"][0]["containerEdits"] == {"deviceNodes": [{"path": "/dev/nvidia1"}]}
         assert spec["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={mig}"]
-        kubelet.close()
-    finally:
-        plugin.stop()
-
-
-def test_a_partitionable_placement_is_refused_until_carving_is_built(claims: Claims, dirs: dict[str, Path]) -> None:
-    plugin = make_plugin(claims, dirs, options=SliceOptions(mig=MigMode.DYNAMIC))
-    plugin.start()
-    try:
-        kubelet = register(plugin.registration_path)
-        c = claims.add(claim("mig", "gpu-0-mig-3g40gb-9-4"))
-        assert "needs a 3g.40gb MIG instance carved first" in kubelet.prepare(ref(c)).claims["uid-mig"].error
-        assert kubelet.prepare(ref(claims.add(claim("whole", "gpu-0")))).claims["uid-whole"].error == ""
         kubelet.close()
     finally:
         plugin.stop()

@@ -171,3 +171,46 @@ def test_a_publishing_agent_serves_the_kubelets_dra_api_until_the_config_stops_i
     (tmp_path / "config.yaml").write_text("gpufleet: {dra: {publish: false}}")
     wait_until(lambda: agent.dra is None and api.slices == {}, "the DRA plugin was not stopped")
     assert not (tmp_path / "r" / "gpu.gpufleet.io-reg.sock").exists()
+
+
+def test_an_agent_restarted_with_a_carved_claim_keeps_its_pool_and_destroys_the_instance_at_unprepare(
+        tmp_path: Path, sock_dir: Path) -> None:
+    """Discovery after the restart sees the instance carved for the prepared claim and leaves it out
+    (prepared.json says whose it is), so GPU 0 stays partitionable and no device plugin offers it."""
+    backend = fake.load_fixture("h100-sxm-8")
+    gpu0 = backend.devices()[0].uuid
+    backend.set_mig_mode(gpu0, True)
+    api = FakeNodeApi()
+    (tmp_path / "c.yaml").write_text("gpufleet: {dra: {publish: true, mig: dynamic}}")
+    options = AgentOptions(NODE, sock_dir, metrics_port=0, dra_plugins_dir=tmp_path / "p",
+                           dra_registry_dir=tmp_path / "r", cdi_root=tmp_path / "cdi")
+
+    def start() -> Agent:
+        agent = Agent(lambda: backend, api, configsource.ConfigSource(tmp_path / "c.yaml"), options,
+                      dev_exists=lambda path: False)
+        agent.start()
+        assert agent.dra is not None
+        return agent
+
+    first = start()
+    pool = api.slices["gpu.gpufleet.io"]
+    api.claims[("team", "mig")] = {"metadata": {"namespace": "team", "name": "mig", "uid": "u1"}, "status": {
+        "allocation": {"devices": {"results": [{"request": "r", "driver": "gpu.gpufleet.io", "pool": NODE,
+                                                "device": "gpu-0-mig-3g40gb-9-4"}]}}}}
+    assert first.dra is not None
+    kubelet = register(first.dra.registration_path)
+    assert kubelet.prepare(("team", "mig", "u1")).claims["u1"].error == ""
+    kubelet.close()
+    first.stop()
+    assert [m.placement_start for m in backend.devices()[0].mig_devices] == [4]
+
+    again = start()
+    try:
+        assert api.slices["gpu.gpufleet.io"] == pool and not again.inventory.gpus[0].mig_slices
+        assert again.dra is not None
+        kubelet = register(again.dra.registration_path)
+        assert kubelet.unprepare(("team", "mig", "u1")).claims["u1"].error == ""
+        kubelet.close()
+        assert backend.devices()[0].mig_devices == ()
+    finally:
+        again.stop()

@@ -12,6 +12,13 @@ Preparing a claim (`draprepare.prepare`) reads it from the API server, writes it
 the CDI directory (`/var/run/cdi`) and records it in `prepared.json` beside the DRA socket
 before answering, so a restarted agent still refuses to hand a prepared device out twice. A
 corrupt `prepared.json` stops the agent rather than forget what it handed out.
+
+A partitionable MIG placement (Dynamic MIG) is carved at prepare, through the backend, before the
+CDI spec is written: if any carve of the claim fails, or writing the spec or the record does, what
+this call carved is destroyed again and the claim is refused. `prepared.json` records each carved
+instance (GPU, MIG UUID, instance ids, placement); unpreparing destroys exactly those, by MIG UUID,
+and nothing a claim names, so nothing a pod author writes makes the agent destroy an instance it
+did not carve. A destroy that fails (device busy) keeps the claim's record, and the kubelet retries.
 """
 
 from __future__ import annotations
@@ -21,13 +28,15 @@ import logging
 import os
 import threading
 from concurrent import futures
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
 
+from gpufleet.agent import devices as dev
 from gpufleet.agent import draprepare
+from gpufleet.agent.backend import BackendError, GpuBackend
 from gpufleet.agent.draprepare import PreparedClaim, PreparedDevice, PrepareError
 from gpufleet.agent.files import write_atomically
 from gpufleet.agent.drav1 import dra_pb2, dra_pb2_grpc, registration_pb2, registration_pb2_grpc
@@ -51,8 +60,12 @@ class CheckpointError(RuntimeError):
 
 class DraPlugin:
     def __init__(self, driver: str, node: str, read_claim: ClaimReader, targets: Mapping[str, DeviceTarget],
-                 plugins_dir: Path, registry_dir: Path, cdi_root: Path, dev_exists: Callable[[str], bool]) -> None:
+                 plugins_dir: Path, registry_dir: Path, cdi_root: Path, dev_exists: Callable[[str], bool],
+                 backend: GpuBackend | None = None) -> None:
+        """`backend` carves and destroys MIG instances for partitionable placements; without one,
+        a claim for a placement is refused."""
         self.driver, self.node = driver, node
+        self._backend = backend
         self._read_claim, self._targets, self._dev_exists = read_claim, targets, dev_exists
         self.data_dir = plugins_dir / driver
         self.socket_path = self.data_dir / "dra.sock"
@@ -101,23 +114,84 @@ class DraPlugin:
             done = draprepare.prepare(claim, namespace, name, uid, driver=self.driver, node=self.node,
                                       targets=self._targets, prepared=self.prepared)
             if uid not in self.prepared:
-                spec = draprepare.cdi_spec(self.driver, uid, done, self._targets, self._dev_exists)
-                self.cdi_root.mkdir(parents=True, exist_ok=True)
-                write_atomically(self._cdi_path(uid), json.dumps(spec, indent=2) + "\n")
-                self.prepared[uid] = done
-                self._save()
-                log.info("prepared ResourceClaim %s/%s: %s", namespace, name,
-                         ", ".join(d.device for d in done.devices) or "no devices of this driver")
+                done = self._carve(done)
+                try:
+                    spec = draprepare.cdi_spec(self.driver, uid, done, self._targets, self._dev_exists)
+                    self.cdi_root.mkdir(parents=True, exist_ok=True)
+                    write_atomically(self._cdi_path(uid), json.dumps(spec, indent=2) + "\n")
+                    self.prepared[uid] = done
+                    self._save()
+                except OSError:
+                    self.prepared.pop(uid, None)
+                    _unlink(self._cdi_path(uid))
+                    self._undo([d.carved for d in done.devices if d.carved is not None])
+                    raise
+                log.info("prepared ResourceClaim %s/%s: %s", namespace, name, ", ".join(
+                    d.device + (f" (carved {d.carved.uuid})" if d.carved else "") for d in done.devices)
+                         or "no devices of this driver")
             return done
 
     def unprepare(self, uid: str) -> None:
-        """Forget the claim and remove its CDI spec; a claim never prepared is no error. Raises OSError."""
+        """Destroy the MIG instances carved for the claim, forget it and remove its CDI spec; a claim
+        never prepared is no error. Raises BackendError (a destroy failed: the claim stays recorded,
+        spec and all, for the kubelet's retry) or OSError."""
         with self._lock:
-            claim = self.prepared.pop(uid, None)
+            claim = self.prepared.get(uid)
+            if claim is not None:
+                self._destroy(claim)
+                del self.prepared[uid]
             _unlink(self._cdi_path(uid))
             if claim is not None:
                 self._save()
                 log.info("unprepared ResourceClaim %s/%s", claim.namespace, claim.name)
+
+    def _carve(self, claim: PreparedClaim) -> PreparedClaim:
+        """The claim with each partitionable placement carved; PrepareError, with nothing left carved,
+        when one cannot be."""
+        devices: list[PreparedDevice] = []
+        carved: list[dev.CarvedInstance] = []
+        for d in claim.devices:
+            target = self._targets[d.device]
+            if target.carve is None:
+                devices.append(d)
+                continue
+            where = f"ResourceClaim {claim.namespace}/{claim.name}: device {d.device!r}"
+            assert target.profile_id is not None and target.placement is not None  # set with carve
+            try:
+                if self._backend is None:
+                    raise BackendError("this agent has no GPU backend to carve with")
+                instance = self._backend.create_mig_instance(target.uuid, target.profile_id, *target.placement)
+            except BackendError as exc:
+                left = self._undo(carved)
+                raise PrepareError(f"{where}: cannot carve its {target.carve} MIG instance: {exc}{left}") from exc
+            carved.append(instance)
+            devices.append(replace(d, carved=instance))
+        return replace(claim, devices=tuple(devices))
+
+    def _undo(self, carved: list[dev.CarvedInstance]) -> str:
+        """Destroy instances a failed prepare carved; "" when all went, else what is left, to report."""
+        left = []
+        for c in reversed(carved):
+            try:
+                assert self._backend is not None  # it carved them
+                self._backend.destroy_mig_instance(c.gpu_uuid, c.uuid)
+            except BackendError as exc:
+                log.error("cannot destroy MIG device %s carved for a refused claim: %s", c.uuid, exc)
+                left.append(c.uuid)
+        return f" (and MIG devices {', '.join(left)} carved for it could not be destroyed)" if left else ""
+
+    def _destroy(self, claim: PreparedClaim) -> None:
+        """Destroy the instances carved for a prepared claim, by the MIG UUIDs recorded; one already
+        gone (a reboot) is fine. Raises BackendError."""
+        for d in reversed(claim.devices):
+            if d.carved is None:
+                continue
+            if self._backend is None:
+                raise BackendError(f"ResourceClaim {claim.namespace}/{claim.name}: MIG device {d.carved.uuid} "
+                                   "was carved for it, and this agent has no GPU backend to destroy it with")
+            if not self._backend.destroy_mig_instance(d.carved.gpu_uuid, d.carved.uuid):
+                log.info("MIG device %s of ResourceClaim %s/%s was already gone", d.carved.uuid, claim.namespace,
+                         claim.name)
 
     def _cdi_path(self, uid: str) -> Path:
         return self.cdi_root / f"{draprepare.cdi_spec_name(self.driver, uid)}.json"
@@ -126,7 +200,8 @@ class DraPlugin:
         try:
             data = json.loads(self.checkpoint_path.read_text())
             return {uid: PreparedClaim(c["namespace"], c["name"], tuple(
-                        PreparedDevice(tuple(d["requests"]), d["pool"], d["device"], tuple(d["cdi_ids"]))
+                        PreparedDevice(tuple(d["requests"]), d["pool"], d["device"], tuple(d["cdi_ids"]),
+                                       _carved(d.get("carved")))
                         for d in c["devices"]))
                     for uid, c in data["claims"].items()}
         except FileNotFoundError:
@@ -182,9 +257,28 @@ class _DraServicer(dra_pb2_grpc.DRAPluginServicer):
             try:
                 self._plugin.unprepare(c.uid)
                 response.claims[c.uid].error = ""
-            except OSError as exc:
+            except (BackendError, OSError) as exc:
                 response.claims[c.uid].error = f"ResourceClaim {c.namespace}/{c.name}: {exc}"
         return response
+
+
+def recorded_carvings(plugins_dir: Path, driver: str) -> tuple[dev.CarvedInstance, ...]:
+    """The MIG instances `prepared.json` says this agent carved for prepared claims, read before the
+    plugin starts so discovery can leave them out; () when there is no readable checkpoint (a corrupt
+    one stops the plugin's start() instead)."""
+    try:
+        data = json.loads((plugins_dir / driver / "prepared.json").read_text())
+        return tuple(c for claim in data["claims"].values() for d in claim["devices"]
+                     if (c := _carved(d.get("carved"))) is not None)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ()
+
+
+def _carved(record: Any) -> dev.CarvedInstance | None:
+    if record is None:
+        return None
+    return dev.CarvedInstance(str(record["gpu_uuid"]), str(record["uuid"]), int(record["gi"]), int(record["ci"]),
+                              int(record["profile_id"]), int(record["start"]), int(record["size"]))
 
 
 def _server(name: str) -> grpc.Server:

@@ -9,12 +9,19 @@ answers, the agent checks the claim as it reads it from the API server, since a 
 - the claim exists, is the one the kubelet means (same UID) and is allocated;
 - every result of this driver is from this node's pool and names a device the node publishes;
 - no device that takes one claim at a time is already prepared for another claim;
-- no device needs a MIG instance carved first (partitionable placements: not built yet).
+- no device of a partitionable GPU (Dynamic MIG: the whole GPU or a placement) meets one
+  already prepared, or one earlier in the same claim: the whole GPU meets every placement,
+  two placements meet when they share a memory slice.
 
 Any failure refuses the whole claim with a message naming it and the field, and prepares
 nothing. Preparing a claim that is already prepared answers the same again (the kubelet
 retries). CDI IDs follow NVIDIA's driver: kind `k8s.<driver>/claim`, device
 `<claim UID>-<device name>`.
+
+A placement (`DeviceTarget.carve`) passes these checks uncarved; the DRA plugin then carves its
+instance through the backend and records it in `PreparedDevice.carved`, which is what the CDI
+spec hands out and what unpreparing destroys. The checks read carved placements from that
+record, so they hold after a restart even where the device names published then differ.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from gpufleet.agent import devices as dev
 from gpufleet.agent.resourceslices import DeviceTarget
 
 CDI_VERSION = "0.5.0"
@@ -34,6 +42,8 @@ class PreparedDevice:
     pool: str
     device: str
     cdi_ids: tuple[str, ...]
+    carved: dev.CarvedInstance | None = None
+    """The MIG instance carved for a partitionable placement, once carved; None for any other device."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +79,7 @@ def prepare(claim: Mapping[str, Any] | None, namespace: str, name: str, uid: str
     if not isinstance(results, list):
         raise PrepareError(f"{where}: status.allocation.devices.results is not a list")
     held = _held(prepared)
+    parts = _partitions(prepared, targets)
     devices: list[PreparedDevice] = []
     for i, result in enumerate(results):
         field = f"{where}: status.allocation.devices.results[{i}]"
@@ -80,13 +91,13 @@ def prepare(claim: Mapping[str, Any] | None, namespace: str, name: str, uid: str
         target = targets.get(device)
         if target is None:
             raise PrepareError(f"{field}: device {device!r} is not one this node publishes")
-        if target.carve is not None:
-            raise PrepareError(f"{field}: device {device!r} needs a {target.carve} MIG instance carved first, "
-                               "which this agent does not do yet (publish MIG with gpufleet.dra.mig: static)")
         other = held.get(device)
         if other is not None and not target.shareable:
             raise PrepareError(f"{field}: device {device!r} is already prepared for ResourceClaim "
                                f"{other.namespace}/{other.name}; refusing to hand it out twice")
+        if target.partitionable:
+            _check_partition(parts, target, device, field)
+            parts.append((target.uuid, target.placement, device, "earlier in this claim"))
         request = str(result.get("request", ""))
         devices.append(PreparedDevice((request.split("/")[0],), pool, device,
                                       (f"{cdi_kind(driver)}={cdi_device_name(uid, device)}",)))
@@ -109,9 +120,9 @@ def cdi_spec_name(driver: str, claim_uid: str) -> str:
 def cdi_spec(driver: str, claim_uid: str, claim: PreparedClaim, targets: Mapping[str, DeviceTarget],
              dev_exists: Callable[[str], bool]) -> dict[str, Any]:
     """The claim's CDI spec: each device's `/dev/nvidia<minor>`, the control nodes that exist, and
-    `NVIDIA_VISIBLE_DEVICES` with the claim's GPU or MIG UUIDs, for the NVIDIA container toolkit,
+    `NVIDIA_VISIBLE_DEVICES` with the claim's GPU or MIG UUIDs (a carved placement's new MIG UUID), for the NVIDIA container toolkit,
     which mounts the driver's libraries as it does for the device plugin."""
-    uuids = [targets[d.device].uuid for d in claim.devices]
+    uuids = [d.carved.uuid if d.carved is not None else targets[d.device].uuid for d in claim.devices]
     return {
         "cdiVersion": CDI_VERSION,
         "kind": cdi_kind(driver),
@@ -137,6 +148,37 @@ def _field(value: Mapping[str, Any], path: str, key: str, where: str) -> Mapping
 
 
 def _held(prepared: Mapping[str, PreparedClaim]) -> dict[str, PreparedClaim]:
-    """Each device held by a prepared claim, by name. Names are enough: the devices that can be
-    prepared never overlap (a GPU in MIG mode publishes its instances, not itself)."""
+    """Each device held by a prepared claim, by name. Names are enough for all but a partitionable
+    GPU's devices (a GPU in MIG mode publishes its instances, not itself), which `_partitions` covers."""
     return {d.device: claim for claim in prepared.values() for d in claim.devices}
+
+
+_Part = tuple[str, tuple[int, int] | None, str, str]
+"""A partitionable GPU's device in use: (GPU UUID, placement or None for the whole GPU, device, whose)."""
+
+
+def _partitions(prepared: Mapping[str, PreparedClaim], targets: Mapping[str, DeviceTarget]) -> list[_Part]:
+    """The partitionable devices prepared claims hold: carved placements from their record, whole GPUs
+    from what this node publishes."""
+    parts: list[_Part] = []
+    for claim in prepared.values():
+        whose = f"prepared for ResourceClaim {claim.namespace}/{claim.name}"
+        for d in claim.devices:
+            target = targets.get(d.device)
+            if d.carved is not None:
+                parts.append((d.carved.gpu_uuid, (d.carved.start, d.carved.size), d.device, whose))
+            elif target is not None and target.partitionable:
+                parts.append((target.uuid, target.placement, d.device, whose))
+    return parts
+
+
+def _check_partition(parts: list[_Part], target: DeviceTarget, device: str, field: str) -> None:
+    for gpu, placement, other, whose in parts:
+        if gpu == target.uuid and _meets(placement, target.placement):
+            raise PrepareError(f"{field}: device {device!r} overlaps {other!r} ({whose}) on GPU {gpu}; "
+                               "refusing to hand out its memory slices twice")
+
+
+def _meets(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
+    """Two placements share a memory slice; None is the whole GPU, which meets every placement."""
+    return a is None or b is None or (a[0] < b[0] + b[1] and b[0] < a[0] + a[1])

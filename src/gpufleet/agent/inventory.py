@@ -7,7 +7,7 @@ same code runs against fixtures in tests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpufleet.agent import devices as dev
@@ -94,6 +94,15 @@ def inventory(system: dev.SystemInfo, devices: tuple[dev.DeviceInfo, ...]) -> No
     cuda = (system.cuda_driver_version // 1000, system.cuda_driver_version % 1000 // 10)
     return NodeGpuInventory(system.driver_version, cuda, system.machine,
                             tuple(_entry(d, domains.get(d.uuid)) for d in sorted(devices, key=lambda d: d.index)))
+
+
+def without_mig(inv: NodeGpuInventory, uuids: frozenset[str]) -> NodeGpuInventory:
+    """The inventory less the MIG devices `uuids` (those the DRA plugin carved for prepared claims,
+    which belong to their claims, not to the node's free devices)."""
+    if not uuids:
+        return inv
+    return replace(inv, gpus=tuple(replace(g, mig_slices=tuple(s for s in g.mig_slices if s.uuid not in uuids))
+                                   for g in inv.gpus))
 
 
 def mig_profile_name(profile: dev.MigProfileInfo, ci_slices: int, total_mem_mib: int) -> str:

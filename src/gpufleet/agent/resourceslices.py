@@ -27,7 +27,9 @@ Two ways to publish MIG (`MigMode`):
   instances carved gets a counter set (one counter per capacity, one per memory slice); the
   whole GPU consumes all of it and every possible placement of every profile is a device
   consuming its share, so the allocator cannot hand out overlapping placements. A GPU that
-  already has instances is published as in `static`.
+  already has instances is published as in `static`. The agent carves a placement's instance
+  when it prepares the claim (`draplugin`) and leaves the instances it carved for prepared
+  claims out of discovery, so the GPU stays partitionable while they are in use.
 """
 
 from __future__ import annotations
@@ -86,6 +88,13 @@ class DeviceTarget:
     """Several claims may hold it at once (`allowMultipleAllocations`)."""
     carve: str | None = None
     """Set for a partitionable MIG placement: the profile an instance must be carved with first."""
+    profile_id: int | None = None
+    """A placement's NVML GPU-instance profile id, to carve it with."""
+    placement: tuple[int, int] | None = None
+    """A placement's (start, size) in memory slices."""
+    partitionable: bool = False
+    """One of a partitionable GPU's devices (the whole GPU, placement None, or a placement): two of them
+    on one GPU must not be prepared at once when either is the whole GPU or their memory slices meet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +150,9 @@ def _groups(inv: NodeGpuInventory, options: SliceOptions, unhealthy: frozenset[s
             placed = [(o, start, size) for o in g.mig_options for start, size in o.placements]
             groups.append(_Group(
                 (whole, *(_placement(inv, g, o, start, size, taints) for o, start, size in placed)),
-                (DeviceTarget(g.uuid, g.minor), *(DeviceTarget(g.uuid, g.minor, carve=o.profile)
-                                                  for o, _, _ in placed)),
+                (DeviceTarget(g.uuid, g.minor, partitionable=True),
+                 *(DeviceTarget(g.uuid, g.minor, carve=o.profile, profile_id=o.profile_id, placement=(start, size),
+                                partitionable=True) for o, start, size in placed)),
                 True, {"name": _counter_set(g), "counters": counters}))
         elif g.mig_enabled:
             carved = tuple(_carved(inv, g, s, taints or _taint(s.uuid in unhealthy)) for s in g.mig_slices)

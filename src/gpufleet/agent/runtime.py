@@ -31,8 +31,8 @@ from gpufleet.agent.assignments import AssignmentBook
 from gpufleet.agent.backend import BackendUnavailableError, GpuBackend
 from gpufleet.agent.config import AgentConfig, ConfigError, SharingStrategy
 from gpufleet.agent.devices import HealthEvent
-from gpufleet.agent.draplugin import DEFAULT_CDI_ROOT, CheckpointError, DraPlugin
-from gpufleet.agent.inventory import NodeGpuInventory, inventory
+from gpufleet.agent.draplugin import DEFAULT_CDI_ROOT, CheckpointError, DraPlugin, recorded_carvings
+from gpufleet.agent.inventory import NodeGpuInventory, inventory, without_mig
 from gpufleet.agent.kube import KubeAccessError, NodeApi, PodView
 from gpufleet.agent.metrics import AgentMetrics
 from gpufleet.agent.mps_daemon import MpsSupervisor
@@ -131,7 +131,8 @@ class Agent:
         self.loaded = loaded
         try:
             self._backend = backend = self._open_backend()
-            self.inventory: NodeGpuInventory = inventory(backend.system(), backend.devices())
+            self.inventory: NodeGpuInventory = without_mig(inventory(backend.system(), backend.devices()),
+                                                           self._dra_carved(loaded.config))
         except BackendUnavailableError as exc:
             if loaded.config.flags.fail_on_init_error:
                 raise
@@ -282,8 +283,16 @@ class Agent:
             return
         self.dra = DraPlugin(options.driver, self.options.node_name, self._api.resource_claim,
                              resourceslices.device_targets(self.inventory, options), self.options.dra_plugins_dir,
-                             self.options.dra_registry_dir, self.options.cdi_root, self._dev_exists)
+                             self.options.dra_registry_dir, self.options.cdi_root, self._dev_exists, self._backend)
         self.dra.start()
+
+    def _dra_carved(self, config: AgentConfig) -> frozenset[str]:
+        """MIG devices the DRA plugin carved for claims still prepared (a restart): discovery leaves
+        them out, so the pool stays partitionable and no device plugin offers them."""
+        options = _slice_options(config)
+        if options is None or self.options.dra_plugins_dir is None:
+            return frozenset()
+        return frozenset(c.uuid for c in recorded_carvings(self.options.dra_plugins_dir, options.driver))
 
     def _publish_slices(self, config: AgentConfig, unhealthy: frozenset[str]) -> None:
         """The node's DRA pool as the config asks: published, or withdrawn (also a former driver's)."""
