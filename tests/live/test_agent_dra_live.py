@@ -7,7 +7,8 @@ another node's pool left alone, and the pool collected by kube-controller-manage
 collector when the Node goes.
 
 Preparing: the real kube-scheduler (v1.37, its DRA allocator) allocates claims, direct and
-from templates, on the devices the running agent published, with deploy/dra's DeviceClasses;
+from templates, on the devices the running agent published, with deploy/dra's DeviceClasses
+(whole GPUs, and Dynamic MIG placements, which the agent carves through the fake backend);
 a kubelet stand-in (tests/agent/drakubelet.py, written from the kubelet's API) checks each
 bound pod's claims as the kubelet does and asks the agent to prepare them. gpufleet's own
 scheduler does not allocate claims yet."""
@@ -134,6 +135,15 @@ def gpu_claim_spec(count: int, selector: str | None = None) -> Obj:
     return {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}}
 
 
+def deviceclasses_and_namespace(cluster: Cluster) -> None:
+    """deploy/dra's DeviceClasses and the namespace `team`, whichever test of the module comes first."""
+    for obj in manifests("deploy/dra/deviceclasses.yaml"):
+        if cluster.admin.get("deviceclasses", obj["metadata"]["name"]) is None:
+            cluster.admin.create(obj)
+    if cluster.admin.get("namespaces", "team") is None:
+        cluster.admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}})
+
+
 def claim_pod(name: str, claim: Obj) -> Obj:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team"},
             "spec": {"resourceClaims": [{"name": "gpus", **claim}],
@@ -143,9 +153,7 @@ def claim_pod(name: str, claim: Obj) -> Obj:
 def test_kube_scheduler_allocates_what_the_agent_published_and_the_agent_prepares_it(
         cluster: Cluster, client: lightkube.Client, kube_scheduler: subprocess.Popen[bytes], tmp_path: Path) -> None:
     admin = cluster.admin
-    for obj in manifests("deploy/dra/deviceclasses.yaml"):
-        admin.create(obj)
-    admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}})
+    deviceclasses_and_namespace(cluster)
     node = "dra-node-prep"
     create_all(admin, [{**n, "metadata": {**n["metadata"], "name": node,
                                           "labels": {**n["metadata"]["labels"], "kubernetes.io/hostname": node}}}
@@ -210,6 +218,78 @@ def test_kube_scheduler_allocates_what_the_agent_published_and_the_agent_prepare
         admin.call("PUT", f"/apis/resource.k8s.io/v1/namespaces/team/resourceclaims/copy/status", copy)
         refused = kubelet.prepare(("team", "copy", copy["metadata"]["uid"])).claims[copy["metadata"]["uid"]]
         assert f"device {handed[0]!r} is already prepared for ResourceClaim team/" in refused.error
+        kubelet.close()
+    finally:
+        agent.stop()
+
+
+def test_kube_scheduler_allocates_dynamic_mig_placements_and_the_agent_carves_them(
+        cluster: Cluster, client: lightkube.Client, kube_scheduler: subprocess.Popen[bytes], tmp_path: Path) -> None:
+    """Dynamic MIG end to end, on the fake backend: the real allocator picks placements by the
+    published counters, the agent carves them at prepare and destroys them at unprepare."""
+    admin = cluster.admin
+    deviceclasses_and_namespace(cluster)
+    node = "dra-node-mig"
+    create_all(admin, [{**n, "metadata": {**n["metadata"], "name": node,
+                                          "labels": {**n["metadata"]["labels"], "kubernetes.io/hostname": node}}}
+                       for n in gpu_nodes(1, prefix="mig")])
+    (tmp_path / "config.yaml").write_text("gpufleet: {metricsPort: 0, dra: {publish: true, mig: dynamic}}\n")
+    backend = fake.load_fixture("h100-sxm-8")
+    for g in backend.devices():
+        backend.set_mig_mode(g.uuid, True)
+    gpu0 = backend.devices()[0].uuid
+    agent = Agent(lambda: backend, AgentNodeApi(KubeNodeApi(client, node)),
+                  configsource.ConfigSource(tmp_path / "config.yaml"),
+                  AgentOptions(node, tmp_path / "dp", metrics_port=0, dra_plugins_dir=tmp_path / "p",
+                               dra_registry_dir=tmp_path / "r", cdi_root=tmp_path / "cdi"))
+    (tmp_path / "dp").mkdir()
+    agent.start()
+    try:
+        three_g = (f'device.attributes["gpu.gpufleet.io"].profile == "3g.40gb" && '
+                   f'device.attributes["gpu.gpufleet.io"].parentUUID == "{gpu0}"')
+        for name, count in (("halves", 2), ("third", 1)):
+            spec = {"devices": {"requests": [{"name": "gpus", "exactly": {
+                "deviceClassName": "mig.gpufleet.io", "allocationMode": "ExactCount", "count": count,
+                "selectors": [{"cel": {"expression": three_g}}]}}]}}
+            admin.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                          "metadata": {"name": name, "namespace": "team"}, "spec": spec})
+            admin.create(claim_pod(f"mig-{name}", {"resourceClaimName": name}))
+
+        def pod(name: str) -> Obj:
+            found = admin.get("pods", name, "team")
+            assert found is not None
+            return found
+        wait_for(lambda: pod("mig-halves")["spec"].get("nodeName") == node, 60, "kube-scheduler to bind mig-halves")
+        wait_for(lambda: any(c.get("reason") == "Unschedulable" for c in pod("mig-third").get("status", {})
+                             .get("conditions", [])), 30, "a third 3g.40gb on GPU 0 to be Unschedulable (counters)")
+
+        claim = admin.get("resourceclaims", "halves", "team")
+        assert claim is not None
+        assert kubelet_checks(claim, pod("mig-halves"), node, admin.get("nodes", node)["metadata"]["labels"]) == []  # type: ignore[index]
+        devices = sorted(r["device"] for r in claim["status"]["allocation"]["devices"]["results"])
+        assert devices == ["gpu-0-mig-3g40gb-9-0", "gpu-0-mig-3g40gb-9-4"]
+        uid = claim["metadata"]["uid"]
+        kubelet = register(agent.dra.registration_path)  # type: ignore[union-attr]
+        assert kubelet.prepare(("team", "halves", uid)).claims[uid].error == ""
+        carved = backend.devices()[0].mig_devices
+        assert sorted(m.placement_start for m in carved) == [0, 4]
+        spec = (tmp_path / "cdi" / f"k8s.gpu.gpufleet.io-claim_{uid}.json").read_text()
+        assert all(m.uuid in spec for m in carved)
+
+        # a second allocator's overlapping placement: stored by kube-apiserver, refused by the agent
+        admin.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                      "metadata": {"name": "overlap", "namespace": "team"}, "spec": gpu_claim_spec(1)})
+        overlap = admin.get("resourceclaims", "overlap", "team")
+        assert overlap is not None
+        overlap["status"] = {"allocation": {"devices": {"results": [
+            {"request": "gpus", "driver": rs.DRIVER, "pool": node, "device": "gpu-0-mig-1g10gb-19-5"}]}}}
+        admin.call("PUT", "/apis/resource.k8s.io/v1/namespaces/team/resourceclaims/overlap/status", overlap)
+        refused = kubelet.prepare(("team", "overlap", overlap["metadata"]["uid"])).claims[overlap["metadata"]["uid"]]
+        assert "overlaps 'gpu-0-mig-3g40gb-9-4' (prepared for ResourceClaim team/halves)" in refused.error
+        assert len(backend.devices()[0].mig_devices) == 2
+
+        assert kubelet.unprepare(("team", "halves", uid)).claims[uid].error == ""
+        assert backend.devices()[0].mig_devices == ()
         kubelet.close()
     finally:
         agent.stop()
