@@ -280,3 +280,22 @@ def test_an_unknown_requests_as_names_file_line_and_key(write_file: WriteFile) -
     with pytest.raises(ModelError, match=r"s.yaml:1: requestsAs: expected one of extendedResources, claims, "
                                          r"got 'claim'"):
         scenario.load(path)
+
+
+def test_a_gang_carries_kai_schedulers_topology_annotations(write_file: WriteFile) -> None:
+    w = load(write_file, job_yaml("""\
+        replicas: 2
+        gang:
+          annotations:
+            kai.scheduler/topology-required-placement: topology.gpufleet.io/rack
+            kai.scheduler/topology-preferred-placement: kubernetes.io/hostname
+        """))
+    (job,) = w.jobs
+    assert job.group is not None and job.group.min_member == 2
+    assert (job.group.required_topology, job.group.preferred_topology) == ("topology.gpufleet.io/rack",
+                                                                           "kubernetes.io/hostname")
+
+
+def test_an_unknown_gang_annotation_is_an_error_naming_it(write_file: WriteFile) -> None:
+    with pytest.raises(ModelError, match="kai.scheduler/topology-required"):
+        load(write_file, job_yaml("replicas: 2\ngang: {annotations: {kai.scheduler/topology-required: rack}}\n"))

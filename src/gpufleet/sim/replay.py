@@ -28,6 +28,10 @@ workloads replay through claims as through extended resources too. A scaler cann
 combined with claims yet (`replay` refuses it): the nodes it adds would need their own
 ResourceSlices and the scalers read pods' extended resources only.
 
+With `slowdown` (sim/comm_cost.py) a job runs slower where it is placed: the function gets the
+job and the placements it starts with and returns a factor >= 1 that stretches the rest of its
+duration for that run (an interrupted run's progress is counted at the same rate).
+
 Conservation holds at every moment: arrived = waiting + running + finished.
 """
 
@@ -37,7 +41,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -47,7 +51,7 @@ from gpufleet.core.context import QueueContext
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.profile import Profile
 from gpufleet.framework.queueing import QueueingConfig
-from gpufleet.model import ClusterSnapshot, ModelError, NodeInfo, NodeName, PodSpec, PodUid, QueueTree
+from gpufleet.model import ClusterSnapshot, ModelError, NodeInfo, NodeName, Placement, PodSpec, PodUid, QueueTree
 from gpufleet.sim.claims import jobs_as_claims
 from gpufleet.sim.environment import Environment, Kind
 from gpufleet.sim.faults import FaultInjector, FaultSetup, InjectedFault
@@ -174,12 +178,14 @@ class Moment:
 
 
 Observer = Callable[[Moment], None]
+Slowdown = Callable[[int, Job, Sequence[Placement]], float]
+"""(job index, job, the placements its run starts with) -> factor >= 1 on its remaining duration."""
 
 
 def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: float | None = None,
            sample_s: float = 600.0, checkpoint_s: float | None = None, faults: FaultSetup | None = None,
-           scaler: Scaler | None = None, observe: Observer | None = None, observe_every_s: float = 600.0
-           ) -> ReplayResult:
+           scaler: Scaler | None = None, observe: Observer | None = None, observe_every_s: float = 600.0,
+           slowdown: Slowdown | None = None) -> ReplayResult:
     """Replay `workload` (jobs need `duration_s`; None means it never finishes). `observe` is called
     with a `Moment` after the first batch and then after the first batch at least `observe_every_s`
     later (a dashboard's frames); it must not change what it is given."""
@@ -196,6 +202,7 @@ def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: floa
     run = _Replay(workload, profile, seed, sample_s, checkpoint_s, faults, scaler)
     run.observer = observe
     run.observe_every_s = observe_every_s
+    run.slowdown = slowdown
     return run.run(until_s)
 
 
@@ -270,6 +277,9 @@ class _Replay:
         self.observe_every_s = 600.0
         self.next_moment = 0.0
         self.traced = 0
+        self.slowdown: Slowdown | None = None
+        self.factor: dict[int, float] = {}
+        """The running jobs' slowdown factors (1 when absent)."""
 
     def run(self, until_s: float | None) -> ReplayResult:
         for i, job in enumerate(self.jobs):
@@ -395,8 +405,11 @@ class _Replay:
         since = self.down_since.pop(i, None)
         if since is not None:
             self.restarts.append((i, now - since))
+        if self.slowdown is not None:
+            placements = self.snap.placements
+            self.factor[i] = max(1.0, self.slowdown(i, job, [placements[u] for u in uids]))
         if job.duration_s is not None:
-            end = now + job.duration_s - self.done.get(i, 0.0)
+            end = now + (job.duration_s - self.done.get(i, 0.0)) * self.factor.get(i, 1.0)
             self.ends[i] = end
             self.env.schedule(end, Kind.COMPLETION, i)
 
@@ -412,9 +425,9 @@ class _Replay:
         now = self.env.now
         start = self._started(i)
         stopped = self.hit_at.pop(i, now)
-        progress = max(0.0, stopped - start)
+        progress = max(0.0, stopped - start) / self.factor.get(i, 1.0)
         kept = math.floor(progress / self.checkpoint_s) * self.checkpoint_s if self.checkpoint_s else 0.0
-        wasted = self._gpus(i, self.running[i]) * (now - start - kept)
+        wasted = self._gpus(i, self.running[i]) * (now - start - kept * self.factor.get(i, 1.0))
         self.lost += wasted
         if i in self.down_since:
             self.lost_to_faults += wasted
