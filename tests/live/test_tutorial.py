@@ -237,6 +237,8 @@ def test_step_5_the_gang_is_bound_whole_and_its_podgroup_says_running(walk: Walk
     members = _pods(walk, "scheduling.x-k8s.io/pod-group=trainer")
     assert sorted(p["metadata"]["name"] for p in members) == [f"trainer-{i}" for i in range(4)]
     assert all(p["spec"].get("nodeName") for p in members)
+    nodes = {p["spec"]["nodeName"] for p in members}  # 4 x 2 GPUs fit one 8-GPU H100 node: not split (issue 22)
+    assert len(nodes) == 1 and nodes <= H100_NODES, nodes
     wait_for(lambda: walk.get("pg", "trainer").get("status", {}).get("phase") == "Running", 30,
              "the PodGroup's status")
     status = walk.get("pg", "trainer")["status"]

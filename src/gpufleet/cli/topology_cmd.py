@@ -35,11 +35,14 @@ def add_experiment(exp_sub: Any) -> None:
                    help="philly: divide arrival times by this (default 1.5: the first 1500 multi-GPU jobs then "
                         "offer about 0.8 of the 500 GPUs, before any slowdown)")
     t.add_argument("--gpus-per-pod", type=positive_int, default=2, help="philly: GPUs per gang member (default 2)")
-    t.add_argument("--synthetic-jobs", type=positive_int, default=2000)
+    t.add_argument("--synthetic-jobs", type=positive_int, default=2000, help="synthetic: jobs in the mix (default 2000)")
     t.add_argument("--load", type=finite_float, default=0.8, help="synthetic: offered GPU load (default 0.8)")
     t.add_argument("--seed", type=int, default=0, help="synthetic: the mix's seed")
     t.add_argument("--cross-rack-factor", type=finite_float, default=CROSS_RACK,
                    help=f"the model's stretch of communication across racks (default {CROSS_RACK})")
+    t.add_argument("--comm-model", choices=("gavel", "none"), default="gavel",
+                   help="gavel: sim/comm_cost.py's slowdowns; none: every job runs at its consolidated speed "
+                        "wherever it lands (what placement costs in waits alone)")
     t.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help="worker processes (default: one per CPU)")
     t.add_argument("--json", type=Path, required=True, help="write the table here")
@@ -69,14 +72,16 @@ def _run(args: argparse.Namespace) -> int:
     with Progress() as progress:
         task = progress.add_task(f"topology: {len(workloads)} workloads x {len(policies)} policies",
                                  total=len(workloads) * len(policies))
-        runs = tx.run_all(workloads, load_ratios(root), policies, max(1, args.workers), args.cross_rack_factor,
+        ratios, cross_rack = ((load_ratios(root), args.cross_rack_factor) if args.comm_model == "gavel"
+                              else ({}, 1.0))
+        runs = tx.run_all(workloads, ratios, policies, max(1, args.workers), cross_rack,
                           lambda _r: progress.advance(task))
     rows = tx.table(runs)
     meta = {"workloads": {k: {"description": w.description, "jobs": len(w.jobs), "nodes": len(w.nodes)}
                           for k, w in workloads.items()},
-            "declared_level": tx.LEVEL, "cross_rack_factor": args.cross_rack_factor,
-            "comm_model": "sim/comm_cost.py: Gavel V100 consolidated/unconsolidated throughput ratios; "
-                          "cross-rack factor assumed",
+            "declared_level": tx.LEVEL, "cross_rack_factor": cross_rack,
+            "comm_model": ("sim/comm_cost.py: Gavel V100 consolidated/unconsolidated throughput ratios; "
+                           "cross-rack factor assumed") if args.comm_model == "gavel" else "none (no slowdown)",
             "seconds": round(time.perf_counter() - start, 1)}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"meta": meta, "workloads": rows}, indent=2) + "\n")
