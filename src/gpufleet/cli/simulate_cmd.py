@@ -17,6 +17,7 @@ from typing import Any
 
 from gpufleet.cli import autoscale_cmd, faults_cmd, queues_cmd, topology_cmd
 from gpufleet.cli.main import UsageError, finite_float, names, output_dir, output_file, positive_int, random_seed
+from gpufleet.sim import bound as sim_bound
 from gpufleet.sim import compare, compare_time, queue_report, report
 from gpufleet.framework.profile import load_profiles
 from gpufleet.model import read_text
@@ -63,6 +64,17 @@ def add_parser(sub: Any) -> None:
                      help="worker processes (default: one per CPU)")
     fgd.add_argument("--json", type=Path, required=True, help="write the summary here")
     fgd.set_defaults(func=_experiment)
+    bound = exp_sub.add_parser("bound", help="the FGD experiment's offline bound: unallocated GPU % no scheduler "
+                                             "can go below, and the best offline packing found")
+    _workload_args(bound, time_mode=False)
+    bound.add_argument("--seeds", type=int, default=10, help="arrival orders of seeds 42 upwards (default: 10)")
+    bound.add_argument("--levels", default=",".join(map(str, sim_bound.LEVELS)),
+                       help="arrived-%% columns (default: %(default)s)")
+    bound.add_argument("--offline-levels", default="100",
+                       help="columns that also get the best offline packing (slower; default: %(default)s; "
+                            "'' for none)")
+    bound.add_argument("--json", type=Path, required=True, help="write the bounds here")
+    bound.set_defaults(func=_bound)
     queues_cmd.add_experiment(exp_sub)
     autoscale_cmd.add_experiment(exp_sub)
     faults_cmd.add_experiment(exp_sub)
@@ -265,5 +277,47 @@ def _experiment(args: argparse.Namespace) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     report.write_json(summary, args.json, _meta(workload, args.seeds, time.perf_counter() - start))
     report.terminal_table(summary, f"{workload.name}: unallocated GPU % (mean ± sd)")
+    print(f"wrote {args.json}")
+    return 0
+
+
+def _levels(text: str, flag: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{flag}: comma-separated whole arrived-% values, got {text!r}") from None
+    if any(not 1 <= x <= 130 for x in levels):
+        raise UsageError(f"{flag}: each arrived-% must be in 1..130, got {text!r}")
+    return levels
+
+
+def _bound(args: argparse.Namespace) -> int:
+    import json
+
+    output_file(args.json, "--json")  # now, not after the runs
+    if args.claims or args.profile:
+        raise UsageError("the bound holds for every scheduler: --claims and --profile do not apply")
+    if args.seeds < 1:
+        raise UsageError("--seeds must be at least 1")
+    levels = _levels(args.levels, "--levels")
+    offline = _levels(args.offline_levels, "--offline-levels")
+    if not levels or not set(offline) <= set(levels):
+        raise UsageError("--levels must name at least one column, and --offline-levels only columns of --levels")
+    workload = load_workload(args)
+    start = time.perf_counter()
+    originals = [p for job in workload.jobs for p in job.pods]
+    prob = sim_bound.problem(workload.nodes, originals)
+    results = []
+    for seed in range(42, 42 + args.seeds):
+        results += sim_bound.seed_bounds(workload, seed, levels, offline_levels=offline, prob=prob,
+                                         progress=lambda line: print(f"{workload.name}: {line}", flush=True))
+    meta = _meta(workload, args.seeds, time.perf_counter() - start)
+    meta["offline_policy"] = sim_bound.OFFLINE_POLICY
+    table = sim_bound.summary(results)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"meta": meta, "arrived_pct": table}, indent=1) + "\n")
+    for level, row in table.items():
+        best = "" if row["offline_best"] is None else f", offline best {row['offline_best']:.2f}"
+        print(f"arrived {level} %: lower bound {row['lower_bound']:.2f}{best} (unallocated GPU %, mean of {args.seeds} seeds)")
     print(f"wrote {args.json}")
     return 0
