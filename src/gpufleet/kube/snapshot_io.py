@@ -40,7 +40,8 @@ def dumps(d: Dump) -> str:
         "nodes": [_node(n) for n in d.nodes],
         "running": [_placement(p) for p in d.running],
         "podGroups": [{"name": g.name, "namespace": g.namespace, "minMember": g.min_member,
-                       "maxMember": g.max_member} for g in d.pod_groups],
+                       "maxMember": g.max_member, "requiredTopology": g.required_topology,
+                       "preferredTopology": g.preferred_topology} for g in d.pod_groups],
         "queues": [{"name": q.name, "parent": q.parent, "weight": q.weight, "borrow": q.borrow,
                     "guaranteed": dict(q.guaranteed), "limit": dict(q.limit)} for q in d.queues],
         "pending": [_pod(p) for p in d.pending],
@@ -59,7 +60,8 @@ def loads(text: str, source: str = "snapshot") -> Dump:
         return Dump(
             tuple(_read_node(n) for n in doc.get("nodes", [])),
             tuple(_read_placement(p) for p in doc.get("running", [])),
-            tuple(PodGroup(g["name"], g["minMember"], g.get("namespace", "default"), g.get("maxMember"))
+            tuple(PodGroup(g["name"], g["minMember"], g.get("namespace", "default"), g.get("maxMember"),
+                           g.get("requiredTopology"), g.get("preferredTopology"))
                   for g in doc.get("podGroups", [])),
             tuple(Queue(q["name"], q.get("parent"), q.get("weight", 1.0), q.get("guaranteed", {}), q.get("limit", {}),
                         q.get("borrow", True)) for q in doc.get("queues", [])),
