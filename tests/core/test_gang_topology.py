@@ -15,13 +15,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpufleet.core.context import QueueContext
 from gpufleet.core.cycle import schedule
 from gpufleet.core.result import CycleResult
 from gpufleet.framework.profile import ProfileSettings, ScoreRef, build_profile
 from gpufleet.framework.profiles import builtin
 from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.framework.topology_levels import CLIQUE, HOSTNAME, RACK, TopologyConfig
-from gpufleet.model import ClusterSnapshot, NodeInfo, NodeName, Placement, PodGroup, PodSpec, PodUid
+from gpufleet.model import ClusterSnapshot, NodeInfo, NodeName, Placement, PodGroup, PodSpec, PodUid, Queue, QueueTree
 from gpufleet.testing import make_node, make_pod
 
 
@@ -238,3 +239,17 @@ def test_a_gang_with_a_required_level_never_spans_two_domains(
         domains = {n if level == HOSTNAME else labels[n].get(level) for n in where}
         assert None not in domains, f"{group.key} placed on a node without {level}"
         assert len(domains) == 1, f"{group.key} spans {sorted(map(str, domains))} of {level}"
+
+
+def test_another_queues_model_limit_does_not_hide_domains_from_a_required_gang() -> None:
+    """The queue layer's node mask is set per pod; the one left by queue a's last pod (no more
+    H100s for a) must not keep queue b's gang, which only fits an H100 node, from finding it."""
+    nodes = [make_node("h").cpu(64_000).mem_gib(512).gpus(8).build(),
+             make_node("t").cpu(64_000).mem_gib(512).gpus(4, model="T4").build()]
+    a = [make_pod(f"a{i}").gpus(1).queue("a").created(0.0).build() for i in range(2)]
+    gang = [make_pod(f"g-{i}").gpus(2).queue("b").gang("g").created(1.0).build() for i in range(3)]
+    snap = ClusterSnapshot.build(nodes, pod_groups=[PodGroup("g", 3, required_topology=HOSTNAME)])
+    queues = QueueTree.build([Queue("a", limit={"gpu/H100-80GB": 1000}), Queue("b")])
+    profile = build_profile(ProfileSettings(queueing=QueueingConfig(order="fifo")))
+    result = schedule(snap, [*a, *gang], profile, now=2.0, rng=random.Random(0), queues=QueueContext(queues))
+    assert sorted(b.node for b in result.binds if b.pod_group) == ["h", "h", "h"]

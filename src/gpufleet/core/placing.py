@@ -170,7 +170,7 @@ class Placer:
         preferred one only a domain that holds every member, so an elastic gang is not cut
         down to what one domain holds."""
         statement, gangs = self.statement, self.statement.gangs
-        fits = statement.feasible_under(members[0], statement.view.usage)
+        fits = statement.feasible_unmasked(members[0])
         levels = [statement.profile.topology.levels[k] for k in plan.ladder]
         want = max(need, 1) if plan.required is not None else max(need, len(members))
         for level in plan.ladder:

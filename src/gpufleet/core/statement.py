@@ -249,6 +249,16 @@ class Statement:
         finally:
             self.view.usage = real
 
+    def feasible_unmasked(self, pod: PodSpec) -> np.ndarray:
+        """The node indexes where `pod` passes every filter now, whatever `restrict` and `confine`
+        last set (the queue layer sets its mask per pod: the one left over is another pod's)."""
+        saved = self._mask, self._confined
+        self._mask = self._confined = None
+        try:
+            return self._feasible(pod)
+        finally:
+            self._mask, self._confined = saved
+
     def fits(self, pod: PodSpec, node: int, usage: Usage) -> bool:
         """Whether `pod` passes every filter on `node` if the usage were `usage`."""
         return bool((self.feasible_under(pod, usage) == node).any())
