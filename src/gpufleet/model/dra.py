@@ -15,7 +15,7 @@ Quantities are `Decimal`s in base units (`model.units.parse_quantity`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any, Iterator, Literal, Mapping, Sequence, TypeVar
 
 from gpufleet.model.cel import AttributeValue, Version
@@ -106,7 +106,7 @@ class Capacity:
             if low is not None and want < low:
                 want = low
             if step is not None and low is not None and step > 0:
-                steps = -((low - want) // step)  # ceiling division: round up to the next step
+                steps = ((want - low) / step).to_integral_value(rounding=ROUND_CEILING)  # up to the next step
                 want = low + steps * step
             if high is not None and want > high:
                 return None
