@@ -351,8 +351,8 @@ class Statement:
         if rank.any():
             nodes = nodes[rank == rank.min()]  # where an earlier firstAvailable entry fits
         free = self.claims.free_after(pod, nodes, self.view.usage)
-        spread = int(free.max(initial=0) - free.min(initial=0))
-        total = (100.0 * (free.max(initial=0) - free) / spread if spread else np.zeros(len(nodes)))
+        spread = int(free.max() - free.min()) if len(free) else 0
+        total = (100.0 * (free.max() - free) / spread if spread else np.zeros(len(nodes)))
         scores = self._weighted(pod, nodes, range(len(self.profile.scores)))
         if scores is not None:
             total = total + scores
