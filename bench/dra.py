@@ -17,9 +17,10 @@ allocation, the claim writes and binding are measured.
   (`KINDS`). `--mix whole`: every node whole GPUs, every pod whole GPUs. After the fill, from the
   claims' allocations read back: nodes with nothing allocated (`whole_nodes_free`;
   `whole_gpus_free` = 8 x that: GPUs an 8-GPU job can still get), GPUs untouched on nodes that
-  are partly taken (`fragmented_gpus_free`), GPUs holding MIG devices or memory shares
-  (`partitioned_gpus`: fewer is better packed), and any device, MIG memory slice or shared
-  memory handed out beyond what it has (`overcommitted`, must be 0).
+  are partly taken (`fragmented_gpus_free`), GPUs holding MIG devices (`gpus_with_mig`) and
+  GPUs holding memory shares smaller than the GPU (`gpus_shared`): fewer is better packed; and
+  any device, MIG memory slice or shared memory handed out beyond what it has (`overcommitted`,
+  must be 0).
 - raw: the same pods and claims, allocated in advance (first fit), then written as fast as the
   server takes them by 4 processes x 8 threads, exactly the three writes a scheduler must make
   per pod (claim with its finalizer, claim status with allocation and reservedFor, Binding):
@@ -180,7 +181,8 @@ def after_fill(claims: Iterable[Obj], slices: Iterable[Obj], n_nodes: int) -> Ob
         for cs in s["spec"].get("sharedCounters", []):
             counter_sets[pool, cs["name"]] = {k: parse_quantity(v["value"], cs["name"]) for k, v in cs["counters"].items()}
     used_gpus: dict[str, set[int]] = {}
-    partitioned: set[tuple[str, int]] = set()
+    with_mig: set[tuple[str, int]] = set()
+    shared: set[tuple[str, int]] = set()
     holders: dict[tuple[str, str], int] = {}
     memory: dict[tuple[str, str], Decimal] = {}
     counters: dict[tuple[str, str, str], Decimal] = {}
@@ -191,11 +193,14 @@ def after_fill(claims: Iterable[Obj], slices: Iterable[Obj], n_nodes: int) -> Ob
             gpu = _gpu_of(r["device"])
             used_gpus.setdefault(r["pool"], set()).add(gpu)
             holders[key] = holders.get(key, 0) + 1
-            if d["attributes"]["type"]["string"] == "mig" or d.get("allowMultipleAllocations"):
-                partitioned.add((r["pool"], gpu))
+            if d["attributes"]["type"]["string"] == "mig":
+                with_mig.add((r["pool"], gpu))
             if d.get("allowMultipleAllocations"):
-                taken = (r.get("consumedCapacity") or {}).get("memory", d["capacity"]["memory"]["value"])
-                memory[key] = memory.get(key, Decimal(0)) + parse_quantity(taken, r["device"])
+                taken = parse_quantity((r.get("consumedCapacity") or {}).get("memory", d["capacity"]["memory"]["value"]),
+                                       r["device"])
+                memory[key] = memory.get(key, Decimal(0)) + taken
+                if taken < parse_quantity(d["capacity"]["memory"]["value"], r["device"]):
+                    shared.add((r["pool"], gpu))  # a share, not a whole-GPU claim on a shareable GPU
             for consumed in d.get("consumesCounters", []):
                 for name, v in consumed["counters"].items():
                     k3 = (r["pool"], consumed["counterSet"], name)
@@ -209,7 +214,8 @@ def after_fill(claims: Iterable[Obj], slices: Iterable[Obj], n_nodes: int) -> Ob
     whole = n_nodes - sum(1 for gpus in used_gpus.values() if gpus)
     return {"devices_allocated": sum(holders.values()), "whole_nodes_free": whole, "whole_gpus_free": GPUS * whole,
             "fragmented_gpus_free": sum(GPUS - len(gpus) for gpus in used_gpus.values() if 0 < len(gpus) < GPUS),
-            "partitioned_gpus": len(partitioned), "overcommitted": len(over), "overcommitted_examples": over[:5]}
+            "gpus_with_mig": len(with_mig), "gpus_shared": len(shared), "overcommitted": len(over),
+            "overcommitted_examples": over[:5]}
 
 
 def fill_run(which: str, n_nodes: int, n_pods: int, mix: str, tmp: Path) -> Obj:
@@ -383,7 +389,7 @@ def main() -> int:
         key = r["scheduler"].replace("-", "_")
         if r["run"] == "fill":
             out[f"{key}_pods_per_s"] = r["pods_per_s"]
-            for metric in ("whole_gpus_free", "fragmented_gpus_free", "partitioned_gpus", "overcommitted"):
+            for metric in ("whole_gpus_free", "fragmented_gpus_free", "gpus_with_mig", "gpus_shared", "overcommitted"):
                 if metric in r:
                     out[f"{key}_{metric}"] = r[metric]
         else:
