@@ -30,7 +30,6 @@ It is a model, stated here and in docs/results.md, not a measurement of gpufleet
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -96,7 +95,7 @@ class CommModel:
             s = self.ratio(job.attrs.get("job_type", ""), gpus)
             fits_one = gpus <= self.node_gpus
             factor = s if fits_one else 1.0  # a bigger job's duration is its network-bound run already
-            rack_min = 1 if fits_one else math.ceil(gpus / self._rack_gpus(next(iter(racks))))
+            rack_min = 1 if fits_one else self._racks_needed(gpus)
             if len(racks) > rack_min:
                 factor *= 1.0 + (s - 1.0) / s * (self.cross_rack - 1.0)
         self.spreads[index] = Spread(gpus, len(nodes), len(cliques), len(racks), factor)
@@ -105,5 +104,15 @@ class CommModel:
     def _domain(self, node: NodeName, key: str) -> str:
         return self._labels[node].get(key) or f"node:{node}"
 
-    def _rack_gpus(self, rack: str) -> int:
-        return sum(g for n, g in self._gpus.items() if self._domain(n, RACK) == rack) or self.node_gpus
+    def _racks_needed(self, gpus: int) -> int:
+        """The fewest racks whose GPUs add up to `gpus` (the largest racks first)."""
+        per_rack: dict[str, int] = {}
+        for n, g in self._gpus.items():
+            rack = self._domain(n, RACK)
+            per_rack[rack] = per_rack.get(rack, 0) + g
+        total = 0
+        for k, size in enumerate(sorted(per_rack.values(), reverse=True), start=1):
+            total += size
+            if total >= gpus:
+                return k
+        return max(1, len(per_rack))
