@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import platform
 import random
@@ -53,10 +52,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterable
+
+import httpx2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -257,36 +257,25 @@ def fill_run(which: str, n_nodes: int, n_pods: int, mix: str, tmp: Path) -> Obj:
 # --- the raw limit: the three writes per pod, allocated in advance
 
 
-def _write_worker(ep: e2e.Endpoint, jobs: list[tuple[Obj, Obj, str, list[str]]], out: Any) -> None:
-    client = ep.client(8)
+def _write_claim_pod(client: httpx2.Client, job: tuple[Obj, Obj, str, list[str]]) -> None:
+    """The claim's finalizer, its status (allocation and reservation), then the pod's Binding."""
+    claim, pod_obj, node, devices = job
+    name = claim["metadata"]["name"]
     headers = {"Content-Type": "application/json"}
-
-    def write(job: tuple[Obj, Obj, str, list[str]]) -> None:
-        claim, pod_obj, node, devices = job
-        name = claim["metadata"]["name"]
-        claim["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
-        r = client.put(f"{CLAIMS}/{name}", content=json.dumps(claim).encode(), headers=headers)
-        if r.status_code != 200:
-            raise SystemExit(f"finalizer on {name}: {r.status_code} {r.text[:200]}")
-        claim = r.json()
-        claim["status"] = {"allocation": {
-            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": node, "device": d} for d in devices]},
-            "nodeSelector": node_selector_for(node),
-            "allocationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-            "reservedFor": [{"resource": "pods", "name": pod_obj["metadata"]["name"], "uid": pod_obj["metadata"]["uid"]}]}
-        r = client.put(f"{CLAIMS}/{name}/status", content=json.dumps(claim).encode(), headers=headers)
-        if r.status_code != 200:
-            raise SystemExit(f"status of {name}: {r.status_code} {r.text[:200]}")
-        pod_name = pod_obj["metadata"]["name"]
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod_name, "namespace": "default"},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-        r = client.post(f"{PODS}/{pod_name}/binding", content=json.dumps(body).encode(), headers=headers)
-        if r.status_code != 201:
-            raise SystemExit(f"bind {pod_name}: {r.status_code} {r.text[:200]}")
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(write, jobs))
-    client.close()
-    out.put(time.monotonic())
+    claim["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+    r = client.put(f"{CLAIMS}/{name}", content=json.dumps(claim).encode(), headers=headers)
+    if r.status_code != 200:
+        raise SystemExit(f"finalizer on {name}: {r.status_code} {r.text[:200]}")
+    claim = r.json()
+    claim["status"] = {"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": node, "device": d} for d in devices]},
+        "nodeSelector": node_selector_for(node),
+        "allocationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        "reservedFor": [{"resource": "pods", "name": pod_obj["metadata"]["name"], "uid": pod_obj["metadata"]["uid"]}]}
+    r = client.put(f"{CLAIMS}/{name}/status", content=json.dumps(claim).encode(), headers=headers)
+    if r.status_code != 200:
+        raise SystemExit(f"status of {name}: {r.status_code} {r.text[:200]}")
+    e2e.bind(client, pod_obj["metadata"]["name"], node)
 
 
 def raw_run(n_nodes: int, n_pods: int, mix: str, tmp: Path) -> Obj:
@@ -307,16 +296,9 @@ def raw_run(n_nodes: int, n_pods: int, mix: str, tmp: Path) -> Obj:
             free[node] -= want
             name = claim["metadata"]["name"]
             jobs.append((by_name[name], by_name[name.removesuffix("-gpu")], f"gpu-{node:05d}", devices))
-        done: multiprocessing.Queue[float] = multiprocessing.Queue()
-        workers = [multiprocessing.Process(target=_write_worker, args=(ep, jobs[k::4], done)) for k in range(4)]
-        begin = time.monotonic()
-        for w in workers:
-            w.start()
-        ends = [done.get(timeout=900) for _ in workers]
-        for w in workers:
-            w.join(10)
+        seconds = e2e.as_fast_as_possible(ep, _write_claim_pod, jobs)
         return {"scheduler": "raw", "run": "fill", "mix": mix, "nodes": n_nodes, "pods": len(jobs),
-                "pods_per_s": round(len(jobs) / (max(ends) - begin), 1)}
+                "pods_per_s": round(len(jobs) / seconds, 1)}
     finally:
         c.stop()
 

@@ -19,6 +19,7 @@ from gpufleet.agent.resourceslices import MigMode, SliceOptions
 
 from .drakubelet import DraEndpoint, register
 from .test_draplugin import NODE, Claims, claim, ref
+from .test_draplugin import claims, dirs, kubelet  # noqa: F401 (the same fixtures: a claim store, socket dirs, the peer)
 
 DYNAMIC = SliceOptions(mig=MigMode.DYNAMIC)
 THREE_G_AT_4 = "gpu-0-mig-3g40gb-9-4"
@@ -32,16 +33,6 @@ def backend() -> FakeBackend:
     for i in (0, 2):
         b.set_mig_mode(b.devices()[i].uuid, True)
     return b
-
-
-@pytest.fixture
-def claims() -> Claims:
-    return Claims()
-
-
-@pytest.fixture
-def dirs(tmp_path: Path) -> dict[str, Path]:
-    return {"plugins": tmp_path / "p", "registry": tmp_path / "r", "cdi": tmp_path / "cdi"}
 
 
 def make_plugin(backend: FakeBackend, claims: Claims, dirs: dict[str, Path]) -> DraPlugin:
@@ -58,13 +49,6 @@ def plugin(backend: FakeBackend, claims: Claims, dirs: dict[str, Path]) -> Itera
     p.start()
     yield p
     p.stop()
-
-
-@pytest.fixture
-def kubelet(plugin: DraPlugin) -> Iterator[DraEndpoint]:
-    endpoint = register(plugin.registration_path)
-    yield endpoint
-    endpoint.close()
 
 
 def migs(backend: FakeBackend, gpu: int = 0) -> list[tuple[str, int, int | None]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.model import Gpu, NodeInfo
+from gpufleet.model import Gpu, NodeInfo, PodSpec, PodUid
 from gpufleet.model.dra import DeviceClass, ResourceClaim, ResourceSlice, parse_claim, parse_device_class, parse_slice
 
 NV = "gpu.nvidia.com"
@@ -80,3 +80,8 @@ def claim(name: str, requests: list[dict[str, Any]], constraints: list[dict[str,
 
 def exactly(name: str = "gpu", device_class: str = "gpu.nvidia.com", count: int = 1, **extra: Any) -> dict[str, Any]:
     return {"name": name, "exactly": {"deviceClassName": device_class, "count": count, **extra}}
+
+
+def claim_pod(name: str, claim_name: str) -> PodSpec:
+    """Pod `default/<name>` (1 CPU, 1 GiB) using the claim `default/<claim_name>`."""
+    return PodSpec(PodUid(f"default/{name}"), name, cpu_milli=1000, mem_mib=1024, claims=(f"default/{claim_name}",))

@@ -8,8 +8,8 @@ import random
 
 from gpufleet.core.cycle import schedule
 from gpufleet.framework.profile import ProfileSettings, build_profile
-from gpufleet.model import ClusterSnapshot, PodSpec, PodUid
-from tests.core.dra_builders import claim, exactly, gpu_device, gpu_node, node_slice, nvidia_classes
+from gpufleet.model import ClusterSnapshot
+from tests.core.dra_builders import claim, claim_pod, exactly, gpu_device, gpu_node, node_slice, nvidia_classes
 
 
 def test_a_device_with_binding_conditions_is_never_allocated_and_the_snapshot_says_why() -> None:
@@ -20,8 +20,7 @@ def test_a_device_with_binding_conditions_is_never_allocated_and_the_snapshot_sa
                                  claims=[claim("c1", [exactly()]), claim("c2", [exactly()])])
     assert snap.dra.problems == ("pool gpu.nvidia.com/a generation 1: device gpu-0 has bindingConditions "
                                  "['dra.example.com/attached'], which gpufleet does not wait for yet; left out",)
-    pods = [PodSpec(PodUid(f"default/p{i}"), f"p{i}", cpu_milli=1000, mem_mib=1024, claims=(f"default/c{i}",))
-            for i in (1, 2)]
+    pods = [claim_pod(f"p{i}", f"c{i}") for i in (1, 2)]
     result = schedule(snap, pods, build_profile(ProfileSettings()), now=0.0, rng=random.Random(0))
     assert [d.device for b in result.binds for a in b.claims for d in a.devices] == ["gpu-1"]
     assert len(result.unschedulable) == 1

@@ -13,24 +13,23 @@ from gpufleet.core.result import CycleResult
 from gpufleet.framework.profile import ProfileSettings, build_profile
 from gpufleet.model import ClusterSnapshot, Placement, PodSpec, PodUid, whole_gpus
 from gpufleet.model.dra import parse_slice
+from gpufleet.model.dra_table import DeviceRef
 from gpufleet.testing import dra_objects as dra
-from tests.core.dra_builders import claim, gpu_node, nvidia_classes, uuid
+from tests.core.dra_builders import claim, claim_pod, gpu_node, nvidia_classes, uuid
 
 MIG_1G = dra.mig_device("1g.10gb")
 
 
-def _snap(running: Sequence[Placement] = ()) -> ClusterSnapshot:
+def _snap(running: Sequence[Placement] = (), claims: int = 1) -> ClusterSnapshot:
+    """Node a, its 8 GPUs published as Dynamic MIG; claims m (or m0, m1, ...) for a 1g.10gb device each."""
     slices = [parse_slice(s) for s in dra.node_slices("a", [uuid("a", m) for m in range(8)], mig=MigMode.DYNAMIC)]
+    names = ["m"] if claims == 1 else [f"m{i}" for i in range(claims)]
     return ClusterSnapshot.build([gpu_node("a")], running, device_classes=nvidia_classes(), slices=slices,
-                                 claims=[claim("m", [MIG_1G])])
+                                 claims=[claim(name, [MIG_1G]) for name in names])
 
 
 def _extended(name: str, gpus: int) -> PodSpec:
     return PodSpec(PodUid(f"default/{name}"), name, cpu_milli=1000, mem_mib=1024, gpu=whole_gpus(gpus))
-
-
-def _mig_pod() -> PodSpec:
-    return PodSpec(PodUid("default/mig"), "mig", cpu_milli=1000, mem_mib=1024, claims=("default/m",))
 
 
 def _run(snap: ClusterSnapshot, pods: Sequence[PodSpec]) -> CycleResult:
@@ -38,16 +37,16 @@ def _run(snap: ClusterSnapshot, pods: Sequence[PodSpec]) -> CycleResult:
 
 
 def _parent(snap: ClusterSnapshot, p: Placement) -> int:
-    (device,) = [d for a in p.claims for d in a.devices]
-    published = snap.cluster.devices.devices[snap.cluster.devices.index[
-        next(r for r in snap.cluster.devices.refs if r.device == device.device)]]
-    parent = published.attributes["gpu.nvidia.com/parentUUID"]
+    """The GPU the placement's one MIG device is carved from, by its `parentUUID`."""
+    (d,) = [d for a in p.claims for d in a.devices]
+    t = snap.cluster.devices
+    parent = t.devices[t.index[DeviceRef(d.driver, d.pool, d.device)]].attributes["gpu.nvidia.com/parentUUID"]
     return next(m for m in range(8) if uuid("a", m) == parent)
 
 
 def test_a_gpu_carved_by_a_claim_is_not_handed_out_whole_until_the_claim_goes() -> None:
     snap = _snap()
-    first = _run(snap, [_mig_pod()])
+    first = _run(snap, [claim_pod("mig", "m")])
     (mig,) = first.binds
     carved = _parent(snap, mig)
     after = snap.apply([mig])
@@ -64,20 +63,16 @@ def test_a_gpu_carved_by_a_claim_is_not_handed_out_whole_until_the_claim_goes() 
 def test_a_gpu_in_use_through_nvidia_com_gpu_offers_no_placements() -> None:
     busy = Placement(PodUid("default/busy"), gpu_node("a").name, gpus=tuple(range(7)), milli=1000)
     snap = _snap([busy])
-    (mig,) = _run(snap, [_mig_pod()]).binds
+    (mig,) = _run(snap, [claim_pod("mig", "m")]).binds
     assert _parent(snap, mig) == 7
     full = Placement(PodUid("default/busy"), gpu_node("a").name, gpus=tuple(range(8)), milli=1000)
-    result = _run(_snap([full]), [_mig_pod()])
+    result = _run(_snap([full]), [claim_pod("mig", "m")])
     assert not result.binds and PodUid("default/mig") in result.unschedulable
 
 
 def test_placements_of_one_gpu_still_pack_onto_it() -> None:
-    snap = ClusterSnapshot.build(
-        [gpu_node("a")], device_classes=nvidia_classes(),
-        slices=[parse_slice(s) for s in dra.node_slices("a", [uuid("a", m) for m in range(8)], mig=MigMode.DYNAMIC)],
-        claims=[claim(f"m{i}", [MIG_1G]) for i in range(3)])
-    pods = [PodSpec(PodUid(f"default/p{i}"), f"p{i}", cpu_milli=1000, mem_mib=1024, claims=(f"default/m{i}",))
-            for i in range(3)]
+    snap = _snap(claims=3)
+    pods = [claim_pod(f"p{i}", f"m{i}") for i in range(3)]
     result = _run(snap, pods)
     assert len(result.binds) == 3
     assert len({_parent(snap, b) for b in result.binds}) == 1

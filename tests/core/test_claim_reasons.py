@@ -6,12 +6,8 @@ import random
 
 from gpufleet.core.cycle import schedule
 from gpufleet.framework.profile import ProfileSettings, build_profile
-from gpufleet.model import ClusterSnapshot, PodSpec, PodUid
-from tests.core.dra_builders import claim, exactly, gpu_node, gpu_slice, nvidia_classes
-
-
-def _pod(name: str, claim_name: str) -> PodSpec:
-    return PodSpec(PodUid(f"default/{name}"), name, cpu_milli=1000, mem_mib=1024, claims=(f"default/{claim_name}",))
+from gpufleet.model import ClusterSnapshot, PodUid
+from tests.core.dra_builders import claim, claim_pod, exactly, gpu_node, gpu_slice, nvidia_classes
 
 
 def test_pods_alike_that_fit_nowhere_each_name_their_own_claim() -> None:
@@ -20,7 +16,7 @@ def test_pods_alike_that_fit_nowhere_each_name_their_own_claim() -> None:
     claims = [claim(f"c{i}", [exactly(count=4)]) for i in range(3)]
     snap = ClusterSnapshot.build([gpu_node("a", gpus=2)], device_classes=nvidia_classes(),
                                  slices=[gpu_slice("a", gpus=2)], claims=claims)
-    pods = [_pod(f"p{i}", f"c{i}") for i in range(3)]
+    pods = [claim_pod(f"p{i}", f"c{i}") for i in range(3)]
     result = schedule(snap, pods, build_profile(ProfileSettings()), now=0.0, rng=random.Random(0))
     assert not result.binds
     for i in range(3):

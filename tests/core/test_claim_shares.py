@@ -6,12 +6,8 @@ import random
 
 from gpufleet.core.cycle import schedule
 from gpufleet.framework.profile import ProfileSettings, build_profile
-from gpufleet.model import ClusterSnapshot, PodSpec, PodUid
-from tests.core.dra_builders import claim, exactly, gpu_device, gpu_node, node_slice, nvidia_classes
-
-
-def _pod(name: str, claim_name: str) -> PodSpec:
-    return PodSpec(PodUid(f"default/{name}"), name, cpu_milli=1000, mem_mib=1024, claims=(f"default/{claim_name}",))
+from gpufleet.model import ClusterSnapshot
+from tests.core.dra_builders import claim, claim_pod, exactly, gpu_device, gpu_node, node_slice, nvidia_classes
 
 
 def test_each_share_of_a_shared_device_gets_its_own_stable_share_id_and_exclusive_devices_none() -> None:
@@ -22,7 +18,7 @@ def test_each_share_of_a_shared_device_gets_its_own_stable_share_id_and_exclusiv
               claim("x", [exactly(selectors=[{"cel": {"expression": "!device.allowMultipleAllocations"}}])])]
     snap = ClusterSnapshot.build([gpu_node("a", gpus=2)], device_classes=nvidia_classes(),
                                  slices=[node_slice("a", devices)], claims=claims)
-    pods = [_pod("p1", "s1"), _pod("p2", "s2"), _pod("q", "x")]
+    pods = [claim_pod("p1", "s1"), claim_pod("p2", "s2"), claim_pod("q", "x")]
 
     def results() -> dict[str, tuple[str, str | None]]:
         out = schedule(snap, pods, build_profile(ProfileSettings()), now=0.0, rng=random.Random(0))
