@@ -299,6 +299,49 @@ echo "--- agent log"; cat "$WORK/agent-mps.log"
 echo "--- node conditions"
 "$PY" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["conditions"], indent=1))' "$WORK/agent-mps.node.json"
 
+step "Dynamic MIG carve on a GPU with MIG off: the agent's refusal, and NVML's own (nothing is changed)"
+# Only with MIG disabled, where NVML cannot create an instance; with MIG on this step carves nothing.
+[ -z "${FAKE:-}" ] && timeout 60 "$PY" - <<'PY'
+import ctypes
+import pynvml as n
+from gpufleet.agent.backend import BackendError
+from gpufleet.agent.nvml import NvmlBackend
+b = NvmlBackend()
+d = b.devices()[0]
+n.nvmlInit()
+h = n.nvmlDeviceGetHandleByUUID(d.uuid)
+current = n.nvmlDeviceGetMigMode(h)[0]
+print("MIG mode current:", current)
+if current != n.NVML_DEVICE_MIG_DISABLE or not d.mig_profiles:
+    print("skipped: MIG is on (or the GPU has no MIG profiles); this script never carves")
+else:
+    p = d.mig_profiles[0]
+    start, size = p.placements[0]
+    try:
+        b.create_mig_instance(d.uuid, p.profile_id, start, size)
+        print("UNEXPECTED: the agent carved with MIG off")
+    except BackendError as e:
+        print("agent create ->", e)
+    placement = n.c_nvmlGpuInstancePlacement_t()
+    placement.start, placement.size = start, size
+    try:
+        # by reference: nvml.h takes a pointer, and pynvml passes the argument through (the struct itself segfaults)
+        n.nvmlDeviceCreateGpuInstanceWithPlacement(h, p.profile_id, ctypes.byref(placement))
+        print("UNEXPECTED: NVML created a GPU instance with MIG off")
+    except n.NVMLError as e:
+        print("NVML nvmlDeviceCreateGpuInstanceWithPlacement ->", type(e).__name__, e)
+    try:
+        print("NVML nvmlDeviceGetMaxMigDeviceCount ->", n.nvmlDeviceGetMaxMigDeviceCount(h))
+    except n.NVMLError as e:
+        print("NVML nvmlDeviceGetMaxMigDeviceCount ->", type(e).__name__, e)
+    try:
+        print("agent destroy of an unknown MIG UUID ->", b.destroy_mig_instance(d.uuid, "MIG-00000000-0000-0000-0000-000000000000"))
+    except BackendError as e:
+        print("agent destroy ->", e)
+b.close()
+PY
+echo "[rc=$?]"
+
 step "GPU state afterwards (must equal the start)"
 show nvidia-smi --query-gpu=index,mig.mode.current,compute_mode --format=csv
 rm -rf "$WORK"

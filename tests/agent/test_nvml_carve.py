@@ -78,6 +78,10 @@ class CarveNvml:
         return SimpleNamespace(id=pid, sliceCount=slices)
 
     def nvmlDeviceCreateGpuInstanceWithPlacement(self, h: str, profile_id: int, placement: Any) -> str:
+        # nvml.h: `const nvmlGpuInstancePlacement_t *placement`, and pynvml passes the argument through as it is.
+        # The struct by value crashed the process on a real H200 (docs/hardware.md, run 6).
+        assert type(placement).__name__ == "CArgObject", f"a pointer (ctypes.byref) is needed, got {placement!r}"
+        placement = placement._obj
         assert isinstance(placement, pynvml.c_nvmlGpuInstancePlacement_t)
         self.calls.append(("create gi", profile_id, placement.start, placement.size))
         self._maybe_fail("nvmlDeviceCreateGpuInstanceWithPlacement")

@@ -16,7 +16,7 @@ from gpufleet.agent.resourceslices import MigMode, SliceOptions
 from gpufleet.testing.cluster import ApiError, Cluster
 
 RECORDED = Path(__file__).parent / "data"
-"""What `gpufleet agent resourceslices` printed on a real H100 (docs/hardware.md, run 5)."""
+"""What `gpufleet agent resourceslices` printed on a real H100 and a real H200 (docs/hardware.md, runs 5 and 6)."""
 CASES = [(fixture, options) for fixture in fake.fixture_names()
          for options in (SliceOptions(), SliceOptions(mig=MigMode.DYNAMIC), SliceOptions(memory_shares=True))]
 
@@ -55,12 +55,13 @@ def test_kube_apiserver_accepts_and_stores_the_slices_as_sent(cluster: Cluster, 
         sorted(s["metadata"]["name"] for s in sent)
 
 
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
 @pytest.mark.parametrize("mode", ["static", "dynamic", "shares"])
-def test_kube_apiserver_accepts_the_slices_recorded_on_a_real_h100(cluster: Cluster, mode: str) -> None:
-    sent = list(yaml.safe_load_all((RECORDED / f"h100-resourceslices-{mode}.yaml").read_text()))
+def test_kube_apiserver_accepts_the_slices_recorded_on_a_real_gpu(cluster: Cluster, gpu: str, mode: str) -> None:
+    sent = list(yaml.safe_load_all((RECORDED / f"{gpu}-resourceslices-{mode}.yaml").read_text()))
     for s in sent:
-        s["metadata"]["name"] = f"{mode}-{s['metadata']['name']}"
-        s["spec"]["nodeName"] = s["spec"]["pool"]["name"] = f"h100-{mode}"
+        s["metadata"]["name"] = f"{gpu}-{mode}-{s['metadata']['name']}"
+        s["spec"]["nodeName"] = s["spec"]["pool"]["name"] = f"{gpu}-{mode}"
         assert as_sent(cluster.admin.create(s)["spec"]) == s["spec"]
 
 

@@ -122,7 +122,10 @@ class NvmlBackend:
             raise BackendError(f"{where}: unknown profile (the GPU does not offer it)")
         placement = nvml.c_nvmlGpuInstancePlacement_t()
         placement.start, placement.size = start, size
-        gi = self._carve_call(where, "nvmlDeviceCreateGpuInstanceWithPlacement", h, profile_id, placement)
+        # pynvml hands `placement` to the C function unchanged, and nvml.h's parameter is a pointer: the struct
+        # itself, passed by value, segfaulted the process on an H200 (docs/hardware.md, run 6).
+        gi = self._carve_call(where, "nvmlDeviceCreateGpuInstanceWithPlacement", h, profile_id,
+                              ctypes.byref(placement))
         ci = None
         try:
             ci = self._carve_call(where, "nvmlGpuInstanceCreateComputeInstance", gi, self._ci_profile(where, gi, slices))
