@@ -121,3 +121,34 @@ def test_run_inside_a_pod_without_a_kubeconfig_uses_the_in_cluster_config(
     assert "in-cluster config: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must both be set" in \
         capsys.readouterr().err
     assert not list(sock_dir.iterdir()), "nothing was served"
+
+
+MIG_GPU = "GPU-3f8a1b2c-7d4e-4c5f-9a6b-0e1d2c3b4a01"
+"""a100-mig's first GPU: 2g.10gb@0, 1g.5gb@2, 1g.5gb@3, 3g.20gb@4."""
+
+
+def test_mig_layout_prints_the_change_and_makes_it_only_with_apply(capsys: pytest.CaptureFixture[str],
+                                                                   tmp_path: Path) -> None:
+    layout = tmp_path / "layout.json"
+    layout.write_text(json.dumps({"generation": 1, "gpus": {MIG_GPU: ["3g.20gb@0", "3g.20gb@4"]}}))
+    assert main(["agent", "mig-layout", str(layout), "--fake", "a100-mig"]) == 0
+    assert capsys.readouterr().out == (
+        f"GPU {MIG_GPU}: destroy 2g.10gb@0 (MIG-5a0c9e1f-2b3d-5e4f-8a7b-6c5d4e3f2a02); "
+        "destroy 1g.5gb@2 (MIG-5a0c9e1f-2b3d-5e4f-8a7b-6c5d4e3f2a03); "
+        "destroy 1g.5gb@3 (MIG-5a0c9e1f-2b3d-5e4f-8a7b-6c5d4e3f2a04); create 3g.20gb@0\n")
+    assert main(["agent", "mig-layout", str(layout), "--fake", "a100-mig", "--apply"]) == 0
+    assert capsys.readouterr().out.endswith(f"GPU {MIG_GPU}: applied\n")
+
+
+@pytest.mark.parametrize("layout,code,message", [
+    ('{"generation": 1, "gpus": {"GPU-3f8a1b2c-7d4e-4c5f-9a6b-0e1d2c3b4a04": ["7g.40gb@0"]}}', 1,
+     "error: GPU GPU-3f8a1b2c-7d4e-4c5f-9a6b-0e1d2c3b4a04: MIG mode is off"),
+    ('{"generation": 1, "gpus": {"GPU-nowhere": ["7g.40gb@0"]}}', 1, "error: GPU GPU-nowhere: not on this node"),
+    ('{"generation": 1}', 2, 'gpufleet agent mig-layout: error: annotation gpufleet.io/mig-layout: "gpus" must map'),
+    ("no-such-file", 2, "LAYOUT 'no-such-file': not JSON and not a readable file"),
+], ids=["MIG off", "an unknown GPU", "a malformed layout", "neither JSON nor a file"])
+def test_mig_layout_mistakes_are_one_line_errors(capsys: pytest.CaptureFixture[str], layout: str, code: int,
+                                                 message: str) -> None:
+    assert main(["agent", "mig-layout", layout, "--fake", "a100-mig"]) == code
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

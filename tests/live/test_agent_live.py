@@ -11,6 +11,7 @@ Every request the agent makes is checked against the audit log: all allowed by R
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import signal
@@ -24,7 +25,7 @@ from typing import Iterator
 
 import pytest
 
-from gpufleet.agent import configsource, fake, report
+from gpufleet.agent import configsource, fake, mig_layout, report
 from gpufleet.agent.runtime import Agent, AgentOptions
 from gpufleet.cli.agent_api import AgentNodeApi
 from gpufleet.cli.main import main
@@ -190,6 +191,41 @@ def test_the_running_agent_publishes_its_dra_pool_and_taints_a_failed_gpu_in_a_n
             assert [d["name"] for d in tainted["spec"]["devices"] if d.get("taints")] == ["gpu-3"]
         finally:
             agent.stop()
+
+
+def test_the_agent_applies_the_mig_layout_annotated_on_its_node_and_reports_the_outcome(
+        cluster: Cluster, kubeconfig: Path, sock_dir: Path, tmp_path: Path) -> None:
+    """The layout is written by the admin here, standing in for the scheduler, which does not write it yet."""
+    name = "mig-layout-node"
+    add_node(cluster, name)
+    (tmp_path / "config.yaml").write_text("flags: {migStrategy: mixed}\ngpufleet: {metricsPort: 0}\n")
+    backend = fake.load_fixture("a100-mig")
+    target = backend.devices()[1].uuid  # seven 1g.5gb
+    with node_api(kubeconfig, name) as api:
+        agent = Agent(lambda: backend, api, configsource.ConfigSource(tmp_path / "config.yaml", None, api.node_labels),
+                      AgentOptions(name, sock_dir, metrics_port=0, config_poll_s=0.1))
+        agent.start()
+        try:
+            def annotations() -> dict[str, str]:
+                return dict(_node(cluster, name)["metadata"]["annotations"])
+
+            layout = json.dumps({"generation": 2, "gpus": {target: ["3g.20gb@0", "3g.20gb@4"]}})
+            cluster.admin.patch("nodes", name, {"metadata": {"annotations": {mig_layout.LAYOUT_ANNOTATION: layout}}})
+            wait_for(lambda: mig_layout.STATE_ANNOTATION in annotations(), 15, "the layout's state on the node")
+            assert json.loads(annotations()[mig_layout.STATE_ANNOTATION]) == {"generation": 2, "state": "success"}
+            gpus = {g.uuid: g for g in ann.decode_inventory(annotations()[ann.INVENTORY_ANNOTATION])}
+            assert gpus[target].mig == ("3g.20gb", "3g.20gb")
+
+            bad = json.dumps({"generation": 3, "gpus": {target: ["4g.20gb@4"]}})
+            cluster.admin.patch("nodes", name, {"metadata": {"annotations": {mig_layout.LAYOUT_ANNOTATION: bad}}})
+            wait_for(lambda: '"generation":3' in annotations()[mig_layout.STATE_ANNOTATION], 15, "generation 3's state")
+            state = json.loads(annotations()[mig_layout.STATE_ANNOTATION])
+            assert state["state"] == "failed" and "4g.20gb may start at memory slice 0, not 4" in state["message"]
+            assert {g.uuid: g for g in ann.decode_inventory(annotations()[ann.INVENTORY_ANNOTATION])}[target].mig == \
+                ("3g.20gb", "3g.20gb")
+        finally:
+            agent.stop()
+    assert [r for r in agent_requests(cluster, name) if r[3] >= 400] == [], "RBAC allowed every request"
 
 
 def test_the_agent_reads_the_pods_bound_to_its_node_in_every_namespace(cluster: Cluster, kubeconfig: Path) -> None:

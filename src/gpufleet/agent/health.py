@@ -50,6 +50,10 @@ class HealthTracker:
     def faults(self) -> Mapping[str, Fault]:
         return MappingProxyType(dict(self._faults))
 
+    def set_inventory(self, inv: NodeGpuInventory) -> None:
+        """The node's GPUs after a MIG layout change (new MIG devices to attribute events to)."""
+        self._inv = inv
+
     def reconfigure(self, settings: HealthSettings) -> None:
         """New XID sets and quiet period apply to later events (one attribute swap, thread-safe)."""
         self._settings = settings

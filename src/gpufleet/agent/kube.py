@@ -1,9 +1,10 @@
 """The agent's narrow view of the Kubernetes API, as a Protocol with in-memory implementations.
 
-The agent needs these from the API server: its node's labels (to pick a config), the pods
-bound to its node (to find the scheduler's assignment in `Allocate`), a way to write its
-node's labels, annotations, conditions, taints and extended-resource capacity, events on
-pods, and, when DRA is on, its node's ResourceSlices.
+The agent needs these from the API server: its node's labels (to pick a config) and
+annotations (the MIG layout the scheduler wants), the pods bound to its node (to find the
+scheduler's assignment in `Allocate`), a way to write its node's labels, annotations,
+conditions, taints and extended-resource capacity, events on pods, and, when DRA is on, its
+node's ResourceSlices.
 Requests are plain data (`NodePatch`) built before any I/O. The live client is
 `gpufleet.kube.node_api.KubeNodeApi`, which the CLI wires in (the agent may not import
 `kube/`); here are:
@@ -78,6 +79,10 @@ class NodeApi(Protocol):
 
     def node_labels(self) -> Mapping[str, str]:
         """The node's current labels."""
+        ...
+
+    def node_annotations(self) -> Mapping[str, str]:
+        """The node's current annotations (the scheduler's MIG layout among them)."""
         ...
 
     def pods_on_node(self) -> Sequence[PodView]:
@@ -162,6 +167,11 @@ class FakeNodeApi:
             self._check()
             return dict(self.node.labels)
 
+    def node_annotations(self) -> Mapping[str, str]:
+        with self._lock:
+            self._check()
+            return dict(self.node.annotations)
+
     def pods_on_node(self) -> Sequence[PodView]:
         with self._lock:
             self._check()
@@ -211,6 +221,10 @@ class OfflineNodeApi:
 
     def node_labels(self) -> Mapping[str, str]:
         return dict(self._labels)
+
+    def node_annotations(self) -> Mapping[str, str]:
+        """What this agent wrote: with no API server, no scheduler writes a MIG layout."""
+        return dict(self.node.annotations)
 
     def pods_on_node(self) -> Sequence[PodView]:
         raise KubeAccessError("no Kubernetes API access (run with --kubeconfig, or in a pod), "

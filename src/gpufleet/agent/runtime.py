@@ -14,10 +14,14 @@ Then a supervisor thread, every `poll_s`:
 3. Node report: when health or config changed (or the last write failed), the node patch is
    recomputed and written, and, when `gpufleet.dra.publish` is set, the node's DRA
    ResourceSlices are published (a new pool generation only when they changed).
+4. MIG layout: with the config, the node's `gpufleet.io/mig-layout` annotation is read; a new
+   generation is applied (`mig_layout`), the GPUs are discovered again, the plugins and DRA
+   devices replaced, and the outcome written to `gpufleet.io/mig-layout-state`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -26,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gpufleet.agent import configsource, health, mps, report, resourceslices
-from gpufleet.agent.assignments import AssignmentBook
+from gpufleet.agent import configsource, health, mig_layout, mps, report, resourceslices
+from gpufleet.agent.assignments import AssignmentBook, assigned_devices, trusted_assignment
 from gpufleet.agent.backend import BackendUnavailableError, GpuBackend
 from gpufleet.agent.config import AgentConfig, ConfigError, SharingStrategy
 from gpufleet.agent.devices import HealthEvent
@@ -89,7 +93,7 @@ class Agent:
         self._stop = threading.Event()
         self._lock = threading.RLock()
         """Serialises plugin restarts, config reloads and node writes (supervisor vs. callers)."""
-        self._reported: tuple[int, str, int] | None = None
+        self._reported: tuple[int, str, int, int] | None = None
         self._owned_labels: frozenset[str] = frozenset()
         self._write_error: str | None = None
         self._slice_driver: str | None = None
@@ -101,6 +105,11 @@ class Agent:
         """The kubelet's DRA API, when served."""
         self._dra_options: resourceslices.SliceOptions | None = None
         self._failed_register: dict[str, tuple[int, int, int]] = {}
+        self._layout_seen: str | None = None
+        """The last `gpufleet.io/mig-layout` value acted on (applied or refused)."""
+        self.layout_state: str | None = None
+        """The `gpufleet.io/mig-layout-state` to write; None before any layout was read."""
+        self._layout_version = 0
         self._monitor: health.HealthMonitor | None = None
         self.mps: MpsSupervisor | None = None
         self._mps_lock = threading.Lock()
@@ -144,7 +153,7 @@ class Agent:
         port = self.options.metrics_port
         self.metrics.serve(loaded.config.gpufleet.metrics_port if port is None else port)  # OSError: port taken
         self._tracker = health.HealthTracker(loaded.config.gpufleet.health, self.inventory)
-        keys = KeyDir(self.options.assignment_keys) if self.options.assignment_keys is not None else None
+        self._keys = keys = KeyDir(self.options.assignment_keys) if self.options.assignment_keys is not None else None
         if keys is None:
             log.warning("no --assignment-keys: GPU assignments are trusted unsigned, so a pod created with "
                         "spec.nodeName set can choose its devices (docs/security.md)")
@@ -252,13 +261,17 @@ class Agent:
         """
         with self._lock:
             supervisor = self.mps
-            state = (self.board.version, self.loaded.fingerprint, supervisor.version if supervisor else 0)
+            state = (self.board.version, self.loaded.fingerprint, supervisor.version if supervisor else 0,
+                     self._layout_version)
             if state == self._reported:
                 return
             faults = self.board.faults()
             config = self.loaded.config
             patch = report.node_patch(self.inventory, self.loaded.config, faults, self._owned_labels,
                                       supervisor.status() if supervisor else None)
+            if self.layout_state is not None:
+                patch = dataclasses.replace(
+                    patch, annotations={**patch.annotations, mig_layout.STATE_ANNOTATION: self.layout_state})
         try:
             self._api.patch_node(patch)
             self._publish_slices(config, frozenset(faults))
@@ -273,6 +286,93 @@ class Agent:
             self._owned_labels = frozenset(k for k, v in patch.labels.items() if v is not None)
             self._reported = state
             self._update_device_metrics(frozenset(faults))
+
+    def sync_mig_layout(self) -> bool:
+        """Apply the scheduler's MIG layout if the node carries one not yet acted on; True if a GPU changed.
+
+        Each GPU's change is all or nothing (`mig_layout.apply`); GPUs are independent, so a
+        layout may succeed on some and fail on others; the state then says `failed`, naming each.
+        """
+        try:
+            text = self._api.node_annotations().get(mig_layout.LAYOUT_ANNOTATION)
+        except KubeAccessError as exc:
+            log.warning("cannot read node %s for its MIG layout: %s", self.options.node_name, exc)
+            return False
+        if text is None or text == self._layout_seen or self._backend is None:
+            return False
+        with self._lock:
+            changed, errors, generation = self._apply_layout(text)
+            self._layout_seen = text
+            self.layout_state = mig_layout.state(generation, "; ".join(errors) or None)
+            self._layout_version += 1
+        for e in errors:
+            log.error("MIG layout generation %d: %s", generation, e)
+        if changed:
+            log.info("MIG layout generation %d applied", generation)
+        return changed
+
+    def _apply_layout(self, text: str) -> tuple[bool, list[str], int]:
+        assert self._backend is not None
+        try:
+            desired = mig_layout.parse(text)
+        except mig_layout.LayoutError as exc:
+            return False, [str(exc)], 0
+        try:
+            in_use = self._mig_in_use()
+        except KubeAccessError as exc:
+            return False, [f"cannot tell which MIG devices are in use ({exc}); nothing changed"], desired.generation
+        changed, errors = False, []
+        for uuid, want in sorted(desired.gpus.items()):
+            fresh = inventory(self._backend.system(), self._backend.devices()).gpu(uuid)
+            try:
+                if fresh is None:
+                    raise mig_layout.LayoutError(f"GPU {uuid}: not on this node")
+                change = mig_layout.diff(fresh, want)
+                if not change.empty:
+                    mig_layout.apply(self._backend, change, in_use)
+                    changed = True
+            except (mig_layout.LayoutError, ModelError) as exc:
+                errors.append(str(exc))
+        if changed:
+            errors += self._rediscover()
+        return changed, errors, desired.generation
+
+    def _mig_in_use(self) -> frozenset[str]:
+        """MIG devices assigned to pods on this node that have not finished. (A container running
+        on a device is also refused by the backend's busy check.)"""
+        used: set[str] = set()
+        for pod in self._api.pods_on_node():
+            a = trusted_assignment(pod, self.options.node_name, self._keys)
+            if pod.phase not in ("Succeeded", "Failed") and a is not None:
+                used |= assigned_devices(a, self.inventory) or frozenset()
+        return frozenset(used)
+
+    def _rediscover(self) -> list[str]:
+        """After the GPUs changed: new inventory, plugins, DRA devices; errors that keep the old plugins."""
+        assert self._backend is not None
+        config = self.loaded.config
+        self.inventory = without_mig(inventory(self._backend.system(), self._backend.devices()),
+                                     self._dra_carved(config))
+        self._ctx.inventory = self.inventory
+        self._tracker.set_inventory(self.inventory)
+        try:
+            plans = plan_resources(self.inventory, config)
+        except PlanError as exc:
+            return [f"the new layout cannot be served with config {self.loaded.name}: {exc}"]
+        if self.mps is not None:
+            with self._mps_lock:
+                self.mps.apply(mps.daemon_specs(plans, config), config.gpufleet.mps.control_binary)
+        for p in self.plugins:
+            p.stop()
+        self._start_plugins(plans)
+        if self.dra is not None:
+            self.dra.stop()
+            self.dra = None
+            try:
+                self._start_dra(config)
+            except (CheckpointError, OSError) as exc:
+                return [f"cannot serve the kubelet's DRA API for the new layout: {exc}"]
+        return []
 
     def _start_dra(self, config: AgentConfig) -> None:
         """Serve the kubelet's DRA API for the config's driver, when it publishes slices and the
@@ -335,6 +435,7 @@ class Agent:
                 if time.monotonic() >= next_config:
                     next_config = time.monotonic() + self.options.config_poll_s
                     self.reload_config()
+                    self.sync_mig_layout()
             except Exception:  # noqa: BLE001 - the supervisor must outlive any one failure
                 log.exception("supervisor cycle failed; retrying")
 

@@ -31,6 +31,10 @@ class AgentNodeApi:
         with _as_access_error():
             return self._api.node_labels()
 
+    def node_annotations(self) -> Mapping[str, str]:
+        with _as_access_error():
+            return self._api.node_annotations()
+
     def pods_on_node(self) -> Sequence[PodView]:
         with _as_access_error():
             pods = self._api.pods_on_node()

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from gpufleet.agent import configsource, draplugin, fake, inventory, report, resourceslices
+from gpufleet.agent import configsource, draplugin, fake, inventory, mig_layout, report, resourceslices
 from gpufleet.agent.backend import BackendError, GpuBackend
 from gpufleet.agent.kube import KubeAccessError, NodeApi, OfflineNodeApi
 from gpufleet.agent.nvml import NvmlBackend
@@ -76,6 +76,18 @@ def add_parser(subparsers: Any) -> None:
     rs.add_argument("--generation", type=int, default=1, help="the pool's generation (default 1)")
     rs.add_argument("--json", action="store_true", help="print a JSON list instead of YAML documents")
     rs.set_defaults(func=_resource_slices)
+
+    ml = sub.add_parser("mig-layout", help="show (or with --apply, make) the change a MIG layout asks of this node",
+                        description="LAYOUT is the value of the node annotation gpufleet.io/mig-layout, e.g. "
+                                    '\'{"generation": 1, "gpus": {"GPU-...": ["3g.40gb@0", "3g.40gb@4"]}}\', '
+                                    "or a file holding it. Without --apply nothing is changed.")
+    ml.add_argument("layout", metavar="LAYOUT", help="the layout as JSON, or a file with it")
+    ml.add_argument("--fake", metavar="FIXTURE", help=fixture_help)
+    ml.add_argument("--apply", action="store_true",
+                    help="destroy and create the instances (needs root on a real GPU; an instance running a process "
+                         "is refused, but pods assigned an instance and not yet started are not known here: "
+                         "the running agent checks those)")
+    ml.set_defaults(func=_mig_layout)
 
     run = sub.add_parser("run", help="serve the device plugins, watch health, write the node")
     run.add_argument("--kubelet-dir", type=Path, default=Path(DEFAULT_KUBELET_DIR),
@@ -168,6 +180,40 @@ def _labels(args: argparse.Namespace) -> int:
     print(json.dumps({"config": loaded.name, "labels": dict(sorted(patch.labels.items())),
                       "annotations": dict(patch.annotations), "capacity": dict(patch.capacity)}, indent=2))
     return 0
+
+
+def _mig_layout(args: argparse.Namespace) -> int:
+    text = args.layout
+    if not text.lstrip().startswith("{"):
+        try:
+            text = Path(text).read_text()
+        except OSError as exc:
+            raise UsageError(f"LAYOUT {args.layout!r}: not JSON and not a readable file ({exc.strerror})") from None
+    try:
+        desired = mig_layout.parse(text)
+    except mig_layout.LayoutError as exc:
+        raise UsageError(str(exc)) from None
+    backend = _backend(args.fake)
+    failed = False
+    try:
+        for uuid, want in sorted(desired.gpus.items()):
+            gpu = inventory.inventory(backend.system(), backend.devices()).gpu(uuid)
+            try:
+                if gpu is None:
+                    raise mig_layout.LayoutError(f"GPU {uuid}: not on this node")
+                change = mig_layout.diff(gpu, want)
+                steps = [f"destroy {s.profile}@{s.placement_start} ({s.uuid})" for s in change.destroy] + \
+                    [f"create {o.profile}@{start}" for o, start, _ in change.create]
+                print(f"GPU {uuid}: " + ("; ".join(steps) if steps else "no change"))
+                if args.apply and not change.empty:
+                    mig_layout.apply(backend, change, frozenset())
+                    print(f"GPU {uuid}: applied")
+            except (mig_layout.LayoutError, BackendError) as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                failed = True
+    finally:
+        backend.close()
+    return 1 if failed else 0
 
 
 def _resource_slices(args: argparse.Namespace) -> int:

@@ -76,6 +76,11 @@ class KubeNodeApi:
         node = self._retrier.call(f"get node {self._node}", lambda: self._client.get(Node, self._node))
         return dict(node.metadata.labels or {}) if node.metadata else {}
 
+    def node_annotations(self) -> dict[str, str]:
+        """The node's current annotations."""
+        node = self._retrier.call(f"get node {self._node}", lambda: self._client.get(Node, self._node))
+        return dict(node.metadata.annotations or {}) if node.metadata else {}
+
     def pods_on_node(self) -> list[BoundPod]:
         """Pods whose spec.nodeName is this node, in every namespace and phase."""
         def list_pods() -> list[BoundPod]:  # iterate inside the call: the list is fetched lazily
