@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -10,7 +11,7 @@ from typing import Callable
 
 import pytest
 
-from gpufleet.agent import configsource, fake
+from gpufleet.agent import configsource, fake, mig_layout
 from gpufleet.agent.backend import BackendUnavailableError, GpuBackend
 from gpufleet.agent.config import ConfigError
 from gpufleet.agent.kube import FakeNodeApi, KubeAccessError, NodePatch
@@ -214,3 +215,33 @@ def test_an_agent_restarted_with_a_carved_claim_keeps_its_pool_and_destroys_the_
         assert backend.devices()[0].mig_devices == ()
     finally:
         again.stop()
+
+
+def test_a_mig_layout_never_destroys_an_instance_carved_for_a_prepared_claim(tmp_path: Path, sock_dir: Path) -> None:
+    """Discovery leaves the claim's instance out, but the layout's own look at the GPU sees it:
+    prepared.json says it is in use, so the change is refused and the instance stays."""
+    backend = fake.load_fixture("h100-sxm-8")
+    gpu0 = backend.devices()[0].uuid
+    backend.set_mig_mode(gpu0, True)
+    api = FakeNodeApi()
+    (tmp_path / "c.yaml").write_text("gpufleet: {dra: {publish: true, mig: dynamic}}")
+    agent = Agent(lambda: backend, api, configsource.ConfigSource(tmp_path / "c.yaml"),
+                  AgentOptions(NODE, sock_dir, metrics_port=0, dra_plugins_dir=tmp_path / "p",
+                               dra_registry_dir=tmp_path / "r", cdi_root=tmp_path / "cdi"),
+                  dev_exists=lambda path: False)
+    agent.start()
+    try:
+        api.claims[("team", "mig")] = {"metadata": {"namespace": "team", "name": "mig", "uid": "u1"}, "status": {
+            "allocation": {"devices": {"results": [{"request": "r", "driver": "gpu.gpufleet.io", "pool": NODE,
+                                                    "device": "gpu-0-mig-3g40gb-9-4"}]}}}}
+        assert agent.dra is not None
+        kubelet = register(agent.dra.registration_path)
+        assert kubelet.prepare(("team", "mig", "u1")).claims["u1"].error == ""
+        kubelet.close()
+        carved = [m.uuid for m in backend.devices()[0].mig_devices]
+        api.node.annotations[mig_layout.LAYOUT_ANNOTATION] = json.dumps({"generation": 1, "gpus": {gpu0: ["7g.80gb@0"]}})
+        assert not agent.sync_mig_layout()
+        assert "in use by a pod or a prepared claim" in str(agent.layout_state)
+        assert [m.uuid for m in backend.devices()[0].mig_devices] == carved
+    finally:
+        agent.stop()

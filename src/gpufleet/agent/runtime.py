@@ -338,9 +338,9 @@ class Agent:
         return changed, errors, desired.generation
 
     def _mig_in_use(self) -> frozenset[str]:
-        """MIG devices assigned to pods on this node that have not finished. (A container running
-        on a device is also refused by the backend's busy check.)"""
-        used: set[str] = set()
+        """MIG devices carved for prepared DRA claims, and those assigned to pods on this node that
+        have not finished. (A container running on a device is also refused by the backend's busy check.)"""
+        used: set[str] = set(self._dra_carved(self.loaded.config))
         for pod in self._api.pods_on_node():
             a = trusted_assignment(pod, self.options.node_name, self._keys)
             if pod.phase not in ("Succeeded", "Failed") and a is not None:
