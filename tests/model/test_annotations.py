@@ -28,7 +28,23 @@ def test_inventory_survives_a_round_trip_through_json() -> None:
 def test_inventory_json_uses_the_documented_field_names() -> None:
     first = json.loads(ann.encode_inventory(_inventory()))[0]
     assert sorted(first) == sorted(["uuid", "model", "memMiB", "index", "numaNode", "nvlinkDomain",
-                                    "healthy", "mig", "migDevices"])
+                                    "healthy", "mig", "migDevices", "migEnabled"])
+    carved = ann.InventoryGpu("GPU-m", A100, 40960, 0, mig=("3g.20gb",), mig_devices=("MIG-1",), mig_starts=(4,))
+    assert json.loads(ann.encode_inventory((carved,)))[0]["migStarts"] == [4]
+
+
+def test_mig_placements_and_mig_mode_survive_a_round_trip() -> None:
+    gpus = (ann.InventoryGpu("GPU-m", A100, 40960, 0, mig=("3g.20gb", "1g.5gb"), mig_devices=("MIG-1", "MIG-2"),
+                             mig_starts=(4, None)),
+            ann.InventoryGpu("GPU-e", A100, 40960, 1, mig_enabled=True))
+    assert ann.decode_inventory(ann.encode_inventory(gpus)) == gpus
+    assert gpus[0].mig_enabled  # implied by its instances
+
+
+def test_an_inventory_from_an_agent_before_placements_reads_as_none_known() -> None:
+    (gpu,) = ann.decode_inventory('[{"uuid": "x", "model": "m", "memMiB": 1, "index": 0, "mig": ["1g.5gb"], '
+                                  '"migDevices": ["MIG-1"]}]')
+    assert gpu.mig_starts == () and gpu.mig_enabled
 
 
 def test_inventory_becomes_scheduler_gpus_that_a_node_accepts() -> None:
@@ -51,9 +67,16 @@ def test_unknown_numa_node_reads_as_zero_for_the_scheduler() -> None:
     ('[{"uuid": "x", "model": "m", "memMiB": 1, "index": 0, "mig": ["1g.5gb"]}]', "[0]: migDevices"),
     ('[{"model": "m", "memMiB": 1, "index": 0}]', "[0]: uuid"),
     ('[{"uuid": "x", "model": "m", "memMiB": 1, "index": 0, "healthy": "yes"}]', "[0]: healthy"),
+    ('[{"uuid": "x", "model": "m", "memMiB": 1, "index": 0, "mig": ["1g.5gb"], "migDevices": ["M"], '
+     '"migStarts": [0, 1]}]', "[0]: migStarts"),
+    ('[{"uuid": "x", "model": "m", "memMiB": 1, "index": 0, "mig": ["1g.5gb"], "migDevices": ["M"], '
+     '"migStarts": ["0"]}]', "[0]: migStarts[0]"),
+    ('[{"uuid": "x", "model": "m", "memMiB": 1, "index": 0, "mig": ["1g.5gb"], "migDevices": ["M"], '
+     '"migEnabled": false}]', "[0]: migEnabled"),
 ], ids=["broken JSON is rejected", "an object instead of a list is rejected",
         "negative memory is rejected", "MIG UUIDs must parallel MIG profiles",
-        "a GPU without a UUID is rejected", "health must be a boolean"])
+        "a GPU without a UUID is rejected", "health must be a boolean",
+        "one start per MIG slice", "a start is an integer", "MIG slices mean MIG mode"])
 def test_bad_inventory_names_the_annotation_and_field(text: str, where: str) -> None:
     with pytest.raises(ModelError) as info:
         ann.decode_inventory(text)

@@ -158,7 +158,10 @@ def to_annotation(inv: NodeGpuInventory, unhealthy: frozenset[str] = frozenset()
     """The `gpufleet.io/gpu-inventory` entries; `unhealthy` holds GPU UUIDs to report unhealthy."""
     return tuple(ann.InventoryGpu(g.uuid, g.product, g.mem_mib, g.index, g.numa_node, g.nvlink_domain,
                                   g.uuid not in unhealthy, tuple(s.profile for s in g.mig_slices),
-                                  tuple(s.uuid for s in g.mig_slices))
+                                  tuple(s.uuid for s in g.mig_slices),
+                                  tuple(s.placement_start for s in g.mig_slices)
+                                  if any(s.placement_start is not None for s in g.mig_slices) else (),
+                                  g.mig_enabled)
                  for g in inv.gpus)
 
 

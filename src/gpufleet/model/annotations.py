@@ -4,11 +4,14 @@ Both sides import this module and nothing else of each other, so the JSON shapes
 the whole interface:
 
 * Node annotation `gpufleet.io/gpu-inventory`, written by the agent: a JSON list, one object
-  per GPU, `{uuid, model, memMiB, index, numaNode, nvlinkDomain, healthy, mig, migDevices}`.
-  `model` is the feature-discovery product string (`NVIDIA-H100-80GB-HBM3`), `numaNode` is
-  null when unknown, `nvlinkDomain` is null for a GPU without NVLink peers and is only
-  meaningful within one node, `mig` lists the profiles of the carved GPU instances in order
-  and `migDevices` their MIG UUIDs, parallel to `mig`.
+  per GPU, `{uuid, model, memMiB, index, numaNode, nvlinkDomain, healthy, mig, migDevices,
+  migStarts, migEnabled}`. `model` is the feature-discovery product string
+  (`NVIDIA-H100-80GB-HBM3`), `numaNode` is null when unknown, `nvlinkDomain` is null for a
+  GPU without NVLink peers and is only meaningful within one node, `mig` lists the profiles
+  of the carved GPU instances in order, `migDevices` their MIG UUIDs and `migStarts` their
+  first memory slices (null where unknown), parallel to `mig`. `migEnabled` is true for a GPU
+  in MIG mode, also with no instance carved (a GPU being repartitioned). `migStarts` and
+  `migEnabled` may be absent (agents before them): no starts known, and MIG mode read from `mig`.
 * Pod annotation `gpufleet.io/gpu-assignment`, written by the scheduler before binding:
   `{node, gpus, milli, memMiB, mig}` with `milli` and `memMiB` per GPU (milli 1000 = whole
   GPU) and `mig` a list of `{gpu, slice}`, `slice` indexing that GPU's `mig` list. The agent
@@ -75,6 +78,14 @@ class InventoryGpu:
     healthy: bool = True
     mig: tuple[str, ...] = ()
     mig_devices: tuple[str, ...] = ()
+    mig_starts: tuple[int | None, ...] = ()
+    """First memory slice of each `mig` instance (None where unknown); () when none is known."""
+    mig_enabled: bool = False
+    """MIG mode is on, even with `mig` empty (set whenever `mig` is not)."""
+
+    def __post_init__(self) -> None:
+        if self.mig and not self.mig_enabled:
+            object.__setattr__(self, "mig_enabled", True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +116,7 @@ def encode_inventory(gpus: tuple[InventoryGpu, ...]) -> str:
         "uuid": g.uuid, "model": g.model, "memMiB": g.mem_mib, "index": g.index,
         "numaNode": g.numa_node, "nvlinkDomain": g.nvlink_domain, "healthy": g.healthy,
         "mig": list(g.mig), "migDevices": list(g.mig_devices),
+        **({"migStarts": list(g.mig_starts)} if g.mig_starts else {}), "migEnabled": g.mig_enabled,
     } for g in gpus], separators=(",", ":"))
 
 
@@ -166,10 +178,18 @@ def _inventory_gpu(item: object, where: str) -> InventoryGpu:
     healthy = obj.get("healthy", True)
     if not isinstance(healthy, bool):
         raise ModelError(f"{where}: healthy", f"must be true or false, got {healthy!r}")
+    starts = obj.get("migStarts", [])
+    if not isinstance(starts, list) or (starts and len(starts) != len(mig)):
+        raise ModelError(f"{where}: migStarts", f"must be a list with one start (or null) per MIG slice, got {starts!r}")
+    enabled = obj.get("migEnabled", bool(mig))
+    if not isinstance(enabled, bool) or (mig and not enabled):
+        raise ModelError(f"{where}: migEnabled", f"must be true or false (true with MIG slices), got {enabled!r}")
     return InventoryGpu(_str(obj, "uuid", where), _str(obj, "model", where),
                         _int(obj.get("memMiB"), f"{where}: memMiB"), _int(obj.get("index"), f"{where}: index"),
                         None if numa is None else _int(numa, f"{where}: numaNode"), domain, healthy,
-                        tuple(mig), tuple(devices))
+                        tuple(mig), tuple(devices),
+                        tuple(None if v is None else _int(v, f"{where}: migStarts[{i}]") for i, v in enumerate(starts)),
+                        enabled)
 
 
 def _slice_ref(item: object, where: str) -> MigSliceRef:
