@@ -32,6 +32,10 @@ With `slowdown` (sim/comm_cost.py) a job runs slower where it is placed: the fun
 job and the placements it starts with and returns a factor >= 1 that stretches the rest of its
 duration for that run (an interrupted run's progress is counted at the same rate).
 
+With `defrag` (sim/defrag_pass.py) a defragmentation pass runs after the cycle, at most once per
+its interval: a big whole-GPU job that waits, blocked only by fragmentation, gets room by moving
+a few small pods (`core.defrag`); the plan is carried out as a cycle's result is.
+
 Conservation holds at every moment: arrived = waiting + running + finished.
 """
 
@@ -53,6 +57,7 @@ from gpufleet.framework.profile import Profile
 from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.model import ClusterSnapshot, ModelError, NodeInfo, NodeName, Placement, PodSpec, PodUid, QueueTree
 from gpufleet.sim.claims import jobs_as_claims
+from gpufleet.sim.defrag_pass import Defragmenter
 from gpufleet.sim.environment import Environment, Kind
 from gpufleet.sim.faults import FaultInjector, FaultSetup, InjectedFault
 from gpufleet.sim.queue_kpis import QueueMeter, QueueSample
@@ -183,6 +188,7 @@ Slowdown = Callable[[int, Job, Sequence[Placement]], float]
 
 
 def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: float | None = None,
+           defrag: Defragmenter | None = None,
            sample_s: float = 600.0, checkpoint_s: float | None = None, faults: FaultSetup | None = None,
            scaler: Scaler | None = None, observe: Observer | None = None, observe_every_s: float = 600.0,
            slowdown: Slowdown | None = None) -> ReplayResult:
@@ -203,6 +209,7 @@ def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: floa
     run.observer = observe
     run.observe_every_s = observe_every_s
     run.slowdown = slowdown
+    run.defrag = defrag
     return run.run(until_s)
 
 
@@ -280,6 +287,7 @@ class _Replay:
         self.slowdown: Slowdown | None = None
         self.factor: dict[int, float] = {}
         """The running jobs' slowdown factors (1 when absent)."""
+        self.defrag: Defragmenter | None = None
 
     def run(self, until_s: float | None) -> ReplayResult:
         for i, job in enumerate(self.jobs):
@@ -307,6 +315,8 @@ class _Replay:
             pending = [p for job in self.waiting.values() for p in job.pods]
             if pending:
                 self._cycle(pending)
+            if self.defrag is not None and self.waiting and self.defrag.due(env.now):
+                self._defrag()
             if ticked:
                 self.idle_ticks = 0 if self._scale([p for job in self.waiting.values() for p in job.pods]) \
                     else self.idle_ticks + 1
@@ -382,6 +392,10 @@ class _Replay:
         now = self.env.now
         ctx = self._context(pending) if self.queued else None
         result = schedule(self.snap, pending, self.profile, now=now, rng=self.rng, queues=ctx)
+        self._carry_out(result)
+
+    def _carry_out(self, result: CycleResult) -> None:
+        """Evict, then bind and start: a cycle's result, or a defragmentation plan as one."""
         released = self._evict(result)
         self.snap = self.snap.advance([*result.binds, *result.nominated], releases=released)
         started: dict[int, list[PodUid]] = {}
@@ -391,6 +405,25 @@ class _Replay:
             self._start(i, uids)
         for uid, status in result.unschedulable.items():
             self.reasons[self.pod_job[uid]] = status.message
+
+    def _defrag(self) -> None:
+        """Offer each waiting job to the defragmentation pass, oldest first (sim/defrag_pass.py)."""
+        d = self.defrag
+        assert d is not None
+        for i in sorted(self.waiting, key=lambda k: (self.jobs[k].arrival_s, k)):
+            if i not in self.waiting:
+                continue  # a job a plan moved and started again
+            plan = d.plan(self.env.now, self.snap, self.asking[i].pods, self.profile, self._spec)
+            if plan is not None:
+                lost = self.lost
+                self._carry_out(CycleResult(plan.moves, plan.evictions, {}, plan.placements))
+                d.gpu_seconds_lost += self.lost - lost
+
+    def _spec(self, uid: PodUid) -> PodSpec | None:
+        """A running pod's spec, for the pass to place it again; None for a pod of a job of several
+        pods (moving one would restart them all: it waits in the queue with its job)."""
+        pods = self.asking[self.pod_job[uid]].pods
+        return pods[0] if len(pods) == 1 and pods[0].uid == uid else None
 
     def _start(self, i: int, uids: list[PodUid]) -> None:
         job = self.jobs[i]
