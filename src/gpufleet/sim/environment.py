@@ -25,6 +25,8 @@ class Kind(str, Enum):
     """A node requested by the autoscaler joins (payload: sim.scaling.NewNode)."""
     SCALE_TICK = "scale_tick"
     """The autoscaler looks at the cluster."""
+    MIG_READY = "mig_ready"
+    """A MIG change's new instances come up (payload: sim.mig_reconfig.MigReady)."""
 
 
 @dataclass(order=True, frozen=True, slots=True)

@@ -32,6 +32,10 @@ With `slowdown` (sim/comm_cost.py) a job runs slower where it is placed: the fun
 job and the placements it starts with and returns a factor >= 1 that stretches the rest of its
 duration for that run (an interrupted run's progress is counted at the same rate).
 
+With `mig` (sim/mig_reconfig.py) the MIG GPUs' layouts can change: after every cycle the
+reconfigurer meters the MIG slices and may plan changes of idle instances for the pods still
+waiting; destroyed instances go at once, created ones come up after its delay.
+
 With `defrag` (sim/defrag_pass.py) a defragmentation pass runs after the cycle, at most once per
 its interval: a big whole-GPU job that waits, blocked only by fragmentation, gets room by moving
 a few small pods (`core.defrag`); the plan is carried out as a cycle's result is.
@@ -60,6 +64,7 @@ from gpufleet.sim.claims import jobs_as_claims
 from gpufleet.sim.defrag_pass import Defragmenter
 from gpufleet.sim.environment import Environment, Kind
 from gpufleet.sim.faults import FaultInjector, FaultSetup, InjectedFault
+from gpufleet.sim.mig_reconfig import MigReady, MigReconfigurer, Relayout
 from gpufleet.sim.queue_kpis import QueueMeter, QueueSample
 from gpufleet.sim.scaling import Billing, NewNode, Scaler
 from gpufleet.sim.workload import Job, Workload
@@ -191,7 +196,7 @@ def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: floa
            defrag: Defragmenter | None = None,
            sample_s: float = 600.0, checkpoint_s: float | None = None, faults: FaultSetup | None = None,
            scaler: Scaler | None = None, observe: Observer | None = None, observe_every_s: float = 600.0,
-           slowdown: Slowdown | None = None) -> ReplayResult:
+           slowdown: Slowdown | None = None, mig: MigReconfigurer | None = None) -> ReplayResult:
     """Replay `workload` (jobs need `duration_s`; None means it never finishes). `observe` is called
     with a `Moment` after the first batch and then after the first batch at least `observe_every_s`
     later (a dashboard's frames); it must not change what it is given."""
@@ -210,6 +215,7 @@ def replay(workload: Workload, profile: Profile, seed: int = 0, *, until_s: floa
     run.observe_every_s = observe_every_s
     run.slowdown = slowdown
     run.defrag = defrag
+    run.mig = mig
     return run.run(until_s)
 
 
@@ -288,6 +294,7 @@ class _Replay:
         self.factor: dict[int, float] = {}
         """The running jobs' slowdown factors (1 when absent)."""
         self.defrag: Defragmenter | None = None
+        self.mig: MigReconfigurer | None = None
 
     def run(self, until_s: float | None) -> ReplayResult:
         for i, job in enumerate(self.jobs):
@@ -317,6 +324,8 @@ class _Replay:
                 self._cycle(pending)
             if self.defrag is not None and self.waiting and self.defrag.due(env.now):
                 self._defrag()
+            if self.mig is not None:
+                self._relayout(self.mig.step(env.now, self.snap, [p for job in self.waiting.values() for p in job.pods]))
             if ticked:
                 self.idle_ticks = 0 if self._scale([p for job in self.waiting.values() for p in job.pods]) \
                     else self.idle_ticks + 1
@@ -349,7 +358,7 @@ class _Replay:
         env = self.env
         if not self.unfinished:
             return
-        others = env.pending(Kind.ARRIVAL, Kind.COMPLETION, Kind.RELEASE, Kind.REPAIR, Kind.NODE_ADDED)
+        others = env.pending(Kind.ARRIVAL, Kind.COMPLETION, Kind.RELEASE, Kind.REPAIR, Kind.NODE_ADDED, Kind.MIG_READY)
         if self.injector is not None and not env.pending(Kind.FAULT) and others:
             self._next_fault(env.now)
         if self.scaler is not None and not env.pending(Kind.SCALE_TICK) and (others or self.idle_ticks < IDLE_TICKS):
@@ -382,6 +391,9 @@ class _Replay:
             assert isinstance(payload, NewNode)
             del self.launching[payload.node.name]
             self._rebuild([*self.snap.cluster.nodes, payload.node])
+        elif kind is Kind.MIG_READY:
+            assert isinstance(payload, MigReady) and self.mig is not None
+            self._relayout(self.mig.ready(payload, self.snap))
 
     def _release(self, uids: list[PodUid]) -> None:
         if uids:
@@ -593,10 +605,20 @@ class _Replay:
             self._rebuild([n for n in self.snap.cluster.nodes if n.name not in gone])
         return bool(step.add or step.remove)
 
-    def _rebuild(self, nodes: list[NodeInfo]) -> None:
-        """Replace the cluster's nodes, keeping every placement and each node's health and fault time."""
+    def _relayout(self, change: Relayout | None) -> None:
+        """Carry out a MIG layout change: new nodes, remapped placements, the instances' ready events."""
+        if change is None:
+            return
+        self._rebuild(list(change.nodes), change.placements)
+        for ready in change.ready:
+            self.env.schedule(ready.at_s, Kind.MIG_READY, ready)
+
+    def _rebuild(self, nodes: list[NodeInfo], placements: Sequence[Placement] | None = None) -> None:
+        """Replace the cluster's nodes, keeping every placement (or taking `placements`, the same
+        pods' holdings on the new nodes) and each node's health and fault time."""
         old = self.snap
-        snap = ClusterSnapshot.build(nodes, old.placements.values(), old.pod_groups.values()).owned()
+        running = old.placements.values() if placements is None else placements
+        snap = ClusterSnapshot.build(nodes, running, old.pod_groups.values()).owned()
         u, ou = snap.usage, old.usage
         for name, j in snap.cluster.index.items():
             i = old.cluster.index.get(name)
