@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpufleet.cli import autoscale_cmd, defrag_cmd, faults_cmd, queues_cmd, topology_cmd
+from gpufleet.cli import autoscale_cmd, defrag_cmd, faults_cmd, mig_cmd, queues_cmd, topology_cmd
 from gpufleet.cli.main import UsageError, finite_float, names, output_dir, output_file, positive_int, random_seed
 from gpufleet.sim import bound as sim_bound
 from gpufleet.sim import compare, compare_time, queue_report, report
@@ -80,6 +80,7 @@ def add_parser(sub: Any) -> None:
     faults_cmd.add_experiment(exp_sub)
     topology_cmd.add_experiment(exp_sub)
     defrag_cmd.add_experiment(exp_sub)
+    mig_cmd.add_experiment(exp_sub)
 
 
 def _workload_args(p: argparse.ArgumentParser, *, time_mode: bool = True) -> None:
