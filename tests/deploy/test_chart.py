@@ -235,6 +235,13 @@ def test_the_agent_policy_names_the_agent_of_the_release_namespace() -> None:
         "request.userInfo.username == 'system:serviceaccount:gpu-system:gpufleet-agent'")
 
 
+def test_mig_repartition_is_off_by_default_and_a_value_turns_it_on() -> None:
+    def command(*sets: str) -> list[str]:
+        return list(_container(_find(render(*sets), "Deployment", "gpufleet-scheduler"))["command"])
+    assert "--mig-repartition" not in command()
+    assert "--mig-repartition" in command("scheduler.migRepartition=true")
+
+
 def test_karpenter_rules_go_only_when_neither_flag_nor_rbac_asks_for_them() -> None:
     def groups(objs: list[Obj]) -> set[str]:
         role = _find(objs, "ClusterRole", "gpufleet-scheduler")

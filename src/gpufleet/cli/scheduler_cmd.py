@@ -5,7 +5,7 @@
                        [--http-port 8080] [--qps 50] [--burst 100] [--log-level INFO]
                        [--device-fault-grace 30] [--node-fault-grace 300] [--no-fault-eviction]
                        [--karpenter [--karpenter-provision gangs,fractions,mig] [--no-karpenter-guard]
-                                    [--karpenter-release-after 30]]
+                                    [--karpenter-release-after 30]] [--mig-repartition]
     gpufleet snapshot dump [--kubeconfig PATH] [--scheduler-name gpufleet] > snap.json
     gpufleet snapshot replay snap.json [--profile NAME|FILE] [--seed N]
 
@@ -92,6 +92,9 @@ def add_parser(subparsers: Any) -> None:
                         "tolerationSeconds for not-ready/unreachable)")
     p.add_argument("--no-fault-eviction", action="store_true",
                    help="only stop placing on failed GPUs and nodes; never evict because of a fault")
+    p.add_argument("--mig-repartition", action="store_true",
+                   help="change the MIG layouts of idle GPU instances for pods waiting for a MIG profile: writes "
+                        "gpufleet.io/mig-layout on nodes, which their agents apply (docs/mig-repartitioning.md)")
     p.add_argument("--karpenter", action="store_true",
                    help="create karpenter.sh/v1 NodeClaims for pods Karpenter cannot size and keep "
                         "karpenter.sh/do-not-disrupt on busy GPU nodes (docs/autoscaling.md)")
@@ -187,6 +190,7 @@ def _run(args: argparse.Namespace) -> int:
         scheduler_name=args.scheduler_name, identity=f"{identity}_{os.getpid()}" if not os.environ.get("POD_NAME")
         else identity, qps=args.qps, burst=args.burst, workers=args.workers, leader_election=lease,
         assign=args.assign_with, faults=faults, karpenter=karpenter, assignment_keys=args.assignment_keys,
+        mig_repartition=args.mig_repartition,
         dra_drivers=tuple(d.strip() for d in args.dra_drivers.split(",") if d.strip())))
     try:
         http = HealthServer(args.http_port, service.metrics, service.ready, service.leading).start()

@@ -52,7 +52,9 @@ from gpufleet.kube.faults import FaultFollower, FaultSettings
 from gpufleet.kube.informer import Handler, Informer
 from gpufleet.kube.karpenter import KarpenterSettings, Provisioner
 from gpufleet.kube.leader import LeaderElector, LeaseSettings
+from gpufleet.kube import mig_repartition
 from gpufleet.kube.metrics import Metrics
+from gpufleet.kube.mig_repartition import Repartitioner
 from gpufleet.kube.queues import QueueState, queue_status
 from gpufleet.kube.ratelimit import TokenBucket
 from gpufleet.kube.rest import Rest, path
@@ -98,6 +100,9 @@ class ServiceSettings:
     """None: no Karpenter integration (`--karpenter` off)."""
     assignment_keys: Path | None = None
     """Where the assignment-signing key ring is (`--assignment-keys`, a mounted Secret); None: unsigned."""
+    mig_repartition: bool = False
+    """Change the MIG layouts of idle GPU instances for pods waiting for a MIG profile
+    (`--mig-repartition`, kube/mig_repartition.py); the node agents apply them."""
     dra_drivers: tuple[str, ...] = ()
     """The DRA drivers whose pools gpufleet allocates devices from (`*`: every driver). Empty:
     none, so a claim can only be placed once someone else allocated it. Two allocators on one
@@ -137,6 +142,7 @@ class SchedulerService:
                           if settings.karpenter is not None else None)
         self._covered: dict[PodUid, str] = {}
         """Pending pods -> the NodeClaim gpufleet provisioned for them (last provisioning)."""
+        self.mig = Repartitioner(rest, self.retrier) if settings.mig_repartition else None
 
     # -- lifecycle --------------------------------------------------------------------------
     def _informers(self) -> list[Informer]:
@@ -163,6 +169,8 @@ class SchedulerService:
         self.cache.upsert_node(obj)
         if self.karpenter is not None:
             self.karpenter.guard.upsert_node(obj)
+        if self.mig is not None:
+            self.mig.upsert_node(obj)
         if self.faults.upsert_node(obj):
             self.cache.poke()
 
@@ -170,6 +178,8 @@ class SchedulerService:
         self.cache.delete_node(obj)
         if self.karpenter is not None:
             self.karpenter.guard.delete_node(obj)
+        if self.mig is not None:
+            self.mig.delete_node(obj)
         if self.faults.delete_node(obj):
             self.cache.poke()
 
@@ -178,6 +188,8 @@ class SchedulerService:
         self.cache.replace_nodes(objs)
         if self.karpenter is not None:
             self.karpenter.guard.replace_nodes(objs)
+        if self.mig is not None:
+            self.mig.replace_nodes(objs)
         if self.faults.replace_nodes(objs):
             self.cache.poke()
 
@@ -233,6 +245,8 @@ class SchedulerService:
         self.binder.close()
         if self.karpenter is not None:
             self.karpenter.close()
+        if self.mig is not None:
+            self.mig.close()
         if self.elector is not None:
             self.elector.stop()
             self.elector.release()
@@ -313,6 +327,9 @@ class SchedulerService:
                              if self.karpenter is not None and result.unschedulable else {})
             for uid, status in result.unschedulable.items():
                 self._report_unschedulable(by_uid[uid], self._with_dra_hint(by_uid[uid], status.message))
+            if self.mig is not None and self.mig.due() and (
+                    wanted := mig_repartition.demand(specs, result.unschedulable)):
+                self.mig.update(self._snapshot(), wanted)  # the binds just made are in the cache's view
             self.metrics.attempts.labels("unschedulable").inc(len(result.unschedulable))
             self._evict(result.evictions)
             self._nominate(result.nominated, result.evictions, by_uid)

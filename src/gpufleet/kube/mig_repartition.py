@@ -1,0 +1,213 @@
+"""Demand-driven MIG on a live cluster: the scheduler's half (the agent's is `agent/mig_layout.py`).
+
+With `--mig-repartition`, a scheduling cycle that leaves pods asking for MIG profiles
+unschedulable calls `Repartitioner.update`. That plans (`core/mig_planner.plan`, the same
+planner the simulator replays) over the MIG GPUs of the nodes. Each GPU comes in with:
+
+* its real layout: profiles and first memory slices, from the agent's inventory annotation
+  (`mig`, `migStarts`);
+* the instances bound pods hold, from the snapshot.
+
+For each node the plan changes, it writes the new layout of the changed GPUs to the node's
+`gpufleet.io/mig-layout` annotation, with a generation one above any the node has seen. The
+agent destroys and creates the idle instances and reports success or failure in
+`gpufleet.io/mig-layout-state`. Its new inventory then shows the instances, and the waiting
+pods bind to them in a later cycle.
+
+A node is left out of the planning in these cases:
+
+* its layout is written and the agent has not answered that generation yet, for up to
+  `timeout_s` (an agent that is down must not freeze a node for ever);
+* its agent publishes no `migStarts` (an older agent: its placements are unknown);
+* the node is not ready, or the GPU is unhealthy.
+
+Nodes with a layout pending count as supply: their waiting demand is not planned twice.
+Plans run at most every `interval_s`, and the writes go through one background thread, as the
+consolidation guard's do, so a slow API server never holds up a cycle.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from gpufleet.core import mig_planner
+from gpufleet.core.mig_planner import MigGpu
+from gpufleet.kube import translate
+from gpufleet.kube.errors import KubeError
+from gpufleet.kube.rest import Rest, path
+from gpufleet.kube.retry import Retrier
+from gpufleet.model import ClusterSnapshot, GpuKind, GpuUuid, ModelError, PodSpec, mig
+from gpufleet.model import annotations as ann
+from gpufleet.model.mig_placement import MigInstance
+
+log = logging.getLogger(__name__)
+Obj = Mapping[str, Any]
+
+LAYOUT_ANNOTATION = "gpufleet.io/mig-layout"
+STATE_ANNOTATION = "gpufleet.io/mig-layout-state"
+"""The same keys as `agent.mig_layout` (the scheduler may not import the agent)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What the node informer last showed of a node."""
+
+    inventory: tuple[ann.InventoryGpu, ...]
+    written: int
+    """The generation of the node's layout annotation (0: none)."""
+    answered: int
+    """The generation of the agent's state annotation (0: none)."""
+
+
+def demand(specs: Sequence[PodSpec], unschedulable: Iterable[str]) -> list[str]:
+    """The MIG profiles the unschedulable pods ask for, in the order of `specs` (the queue's),
+    a pod asking for n slices counting n times."""
+    waiting = set(unschedulable)
+    return [s.gpu.mig_profile for s in specs
+            if s.uid in waiting and s.gpu.kind is GpuKind.MIG and s.gpu.mig_profile
+            for _ in range(s.gpu.count)]
+
+
+class Repartitioner:
+    def __init__(self, rest: Rest, retrier: Retrier, *, interval_s: float = 5.0, timeout_s: float = 120.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._rest, self._retrier, self._clock = rest, retrier, clock
+        self.interval_s, self.timeout_s = interval_s, timeout_s
+        self._lock = threading.Lock()
+        self._seen: dict[str, _Seen] = {}
+        self._sent: dict[str, tuple[int, float]] = {}
+        """Node -> (generation written by us, when): frozen until answered or timed out."""
+        self._last = -float("inf")
+        self._futures: list[Future[None]] = []
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="mig-layout")
+        self.writes = 0
+        """Layouts written (one per node per plan)."""
+        self.last_plan: mig_planner.MigPlan | None = None
+
+    # -- the node informer ------------------------------------------------------------------
+    def upsert_node(self, obj: Obj) -> None:
+        m = translate.meta(obj)
+        a = m.get("annotations") or {}
+        try:
+            inventory = ann.decode_inventory(a[ann.INVENTORY_ANNOTATION]) if ann.INVENTORY_ANNOTATION in a else ()
+        except ModelError:
+            inventory = ()  # the cache reports a bad inventory; here the node is simply left out
+        with self._lock:
+            self._seen[str(m.get("name", ""))] = _Seen(inventory, _generation(a.get(LAYOUT_ANNOTATION)),
+                                                       _generation(a.get(STATE_ANNOTATION)))
+
+    def delete_node(self, obj: Obj) -> None:
+        with self._lock:
+            self._seen.pop(str(translate.meta(obj).get("name", "")), None)
+
+    def replace_nodes(self, objs: Iterable[Obj]) -> None:
+        with self._lock:
+            self._seen.clear()
+        for o in objs:
+            self.upsert_node(o)
+
+    # -- planning ---------------------------------------------------------------------------
+    def due(self) -> bool:
+        """Whether `interval_s` has passed since the last plan (so a cycle need not take a snapshot)."""
+        return self._clock() - self._last >= self.interval_s
+
+    def update(self, snapshot: ClusterSnapshot, wanted: Sequence[str]) -> mig_planner.MigPlan | None:
+        """Plan for `wanted` (profile names, queue order) and write the layouts; None when not due."""
+        if not wanted or not self.due():
+            return None
+        for node, text in self.layouts(snapshot, wanted).items():
+            self._futures.append(self._pool.submit(self._write, node, text))
+        return self.last_plan
+
+    def layouts(self, snapshot: ClusterSnapshot, wanted: Sequence[str]) -> dict[str, str]:
+        """The plan for `wanted` as the `gpufleet.io/mig-layout` value of each node it changes; the nodes
+        are then frozen until their agents answer. No I/O: `update` writes what this returns."""
+        now = self._clock()
+        self._last = now
+        self._futures = [f for f in self._futures if not f.done()]
+        gpus, node_of, layouts = self._gpus(snapshot, now)
+        result = self.last_plan = mig_planner.plan(gpus, wanted)
+        by_node: dict[str, dict[str, list[str]]] = {}
+        for change in result.changes:
+            node = node_of[change.uuid]
+            after = change.apply(layouts[change.uuid])
+            by_node.setdefault(node, {})[str(change.uuid)] = [f"{i.profile}@{i.start}" for i in after]
+        out: dict[str, str] = {}
+        for node, per_gpu in sorted(by_node.items()):
+            with self._lock:
+                seen = self._seen.get(node)
+                generation = max(seen.written if seen else 0, seen.answered if seen else 0,
+                                 self._sent.get(node, (0, 0.0))[0]) + 1
+                self._sent[node] = (generation, now)
+            out[node] = json.dumps({"generation": generation, "gpus": per_gpu}, separators=(",", ":"), sort_keys=True)
+            self.writes += 1
+        return out
+
+    def _gpus(self, snapshot: ClusterSnapshot, now: float
+              ) -> tuple[list[MigGpu], dict[GpuUuid, str], dict[GpuUuid, tuple[MigInstance, ...]]]:
+        c, u = snapshot.cluster, snapshot.usage
+        with self._lock:
+            seen, sent_at = dict(self._seen), dict(self._sent)
+        gpus: list[MigGpu] = []
+        node_of: dict[GpuUuid, str] = {}
+        layouts: dict[GpuUuid, tuple[MigInstance, ...]] = {}
+        for i, node in enumerate(c.nodes):
+            s = seen.get(node.name)
+            if s is None:
+                continue
+            sent = sent_at.get(node.name)
+            pending = sent is not None and s.answered < sent[0] and now - sent[1] < self.timeout_s
+            reported = {g.uuid: g for g in s.inventory}
+            first = int(c.slice_start[i])
+            for j, gpu in enumerate(node.gpus):
+                family = mig.mig_family(gpu.model)
+                inv = reported.get(str(gpu.uuid))
+                if family is None or inv is None or not inv.mig_enabled or inv.mig != gpu.mig_slices:
+                    first += len(gpu.mig_slices)
+                    continue
+                known = bool(inv.mig) == bool(inv.mig_starts) and None not in inv.mig_starts
+                instances = tuple(MigInstance(start, p) for p, start in zip(inv.mig, inv.mig_starts)
+                                  if start is not None)
+                used = frozenset(instances[k] for k in range(len(instances)) if u.slice_used[first + k])
+                first += len(gpu.mig_slices)
+                frozen = bool(pending or not known or not u.node_ready[i] or not u.gpu_healthy[i, j])
+                gpus.append(MigGpu(gpu.uuid, family, instances, used, frozen))
+                node_of[gpu.uuid] = node.name
+                layouts[gpu.uuid] = instances
+        return gpus, node_of, layouts
+
+    def _write(self, node: str, text: str) -> None:
+        try:
+            self._retrier.call(f"annotate node {node} with a MIG layout",
+                               lambda: self._rest.patch(path("v1", "nodes", node),
+                                                        {"metadata": {"annotations": {LAYOUT_ANNOTATION: text}}}),
+                               cooldown=True)
+            log.info("node %s: MIG layout %s", node, text)
+        except KubeError:
+            with self._lock:
+                self._sent.pop(node, None)  # the Retrier logged it; plan this node again
+
+    def drain(self, timeout_s: float = 10.0) -> None:
+        """Wait for the writes under way (tests)."""
+        futures, self._futures = self._futures, []
+        wait(futures, timeout_s)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _generation(text: str | None) -> int:
+    """The generation in a layout or state annotation; 0 when absent or unreadable."""
+    if text is None:
+        return 0
+    try:
+        value = json.loads(text).get("generation", 0)
+    except (ValueError, AttributeError):
+        return 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
