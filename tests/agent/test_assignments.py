@@ -61,3 +61,13 @@ def test_assigned_devices_resolve_mig_slices_through_the_inventory() -> None:
                                         "MIG-8c2e1a3b-4d5f-6a7b-0c9d-8e7f6a5b4c01"}
     assert assigned_devices(ann.GpuAssignment(NODE, mig=(ann.MigSliceRef(A100[2], 5),)), inv) is None
     assert assigned_devices(ann.GpuAssignment(NODE, ("GPU-elsewhere",), 1000), inv) is None
+
+
+def test_assigned_devices_go_by_mig_uuid_when_the_assignment_names_one() -> None:
+    """A layout change moved the instance: its index names another one now, its UUID still names it."""
+    backend = fake.load_fixture("a100-mig")
+    inv = inventory.inventory(backend.system(), backend.devices())
+    moved = ann.MigSliceRef(A100[0], 0, "MIG-5a0c9e1f-2b3d-5e4f-8a7b-6c5d4e3f2a04")  # index 3 on the fixture
+    assert assigned_devices(ann.GpuAssignment(NODE, mig=(moved,)), inv) == {"MIG-5a0c9e1f-2b3d-5e4f-8a7b-6c5d4e3f2a04"}
+    destroyed = ann.MigSliceRef(A100[0], 0, "MIG-destroyed")
+    assert assigned_devices(ann.GpuAssignment(NODE, mig=(destroyed,)), inv) is None

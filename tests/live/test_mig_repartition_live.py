@@ -64,9 +64,9 @@ def assigned(c: Cluster, name: str) -> tuple[str, str]:
     a = ann.decode_assignment(pod["metadata"]["annotations"][ann.ASSIGNMENT_ANNOTATION])
     (ref,) = a.mig
     node = c.admin.get("nodes", NODE)
-    assert node is not None
-    gpus = {g.uuid: g for g in ann.decode_inventory(node["metadata"]["annotations"][ann.INVENTORY_ANNOTATION])}
-    return gpus[ref.gpu].mig[ref.slice], gpus[ref.gpu].mig_devices[ref.slice]
+    assert node is not None and ref.uuid is not None  # assignments name the instance, not only its index
+    gpu = {g.uuid: g for g in ann.decode_inventory(node["metadata"]["annotations"][ann.INVENTORY_ANNOTATION])}[ref.gpu]
+    return gpu.mig[gpu.mig_devices.index(ref.uuid)], ref.uuid
 
 
 def test_a_pod_waiting_for_a_profile_gets_it_carved_from_idle_instances_and_binds(
@@ -96,7 +96,7 @@ def test_a_pod_waiting_for_a_profile_gets_it_carved_from_idle_instances_and_bind
             cluster.admin.create(mig_pod("big", "4g.20gb"))  # no GPU has a 4g.20gb carved
             wait_for(lambda: node_of(cluster, "big") == NODE, 60, "the 4g.20gb pod bound after the layout change")
             assert assigned(cluster, "big")[0] == "4g.20gb"
-            assert assigned(cluster, "mid") == held  # the busy 3g.20gb kept, its MIG UUID and index unchanged
+            assert assigned(cluster, "mid") == held  # the busy 3g.20gb kept: its MIG UUID is still on the GPU
             node = cluster.admin.get("nodes", NODE)
             assert node is not None
             state = json.loads(node["metadata"]["annotations"][mig_layout.STATE_ANNOTATION])

@@ -41,6 +41,15 @@ def test_mig_placements_and_mig_mode_survive_a_round_trip() -> None:
     assert gpus[0].mig_enabled  # implied by its instances
 
 
+def test_a_mig_assignment_carries_the_instances_uuid_and_reads_without_one() -> None:
+    a = ann.GpuAssignment("n1", mig=(ann.MigSliceRef("GPU-m", 2, "MIG-9"), ann.MigSliceRef("GPU-m", 0)))
+    assert ann.decode_assignment(ann.encode_assignment(a)) == a
+    assert json.loads(ann.encode_assignment(a))["mig"] == [{"gpu": "GPU-m", "slice": 2, "uuid": "MIG-9"},
+                                                          {"gpu": "GPU-m", "slice": 0}]
+    with pytest.raises(ModelError, match=r"mig\[0\]: uuid"):
+        ann.decode_assignment('{"node": "n1", "mig": [{"gpu": "GPU-m", "slice": 0, "uuid": 7}]}')
+
+
 def test_an_inventory_from_an_agent_before_placements_reads_as_none_known() -> None:
     (gpu,) = ann.decode_inventory('[{"uuid": "x", "model": "m", "memMiB": 1, "index": 0, "mig": ["1g.5gb"], '
                                   '"migDevices": ["MIG-1"]}]')

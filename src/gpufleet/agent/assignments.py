@@ -79,9 +79,16 @@ def assigned_devices(a: ann.GpuAssignment, inv: NodeGpuInventory) -> frozenset[s
         uuids = set()
         for ref in a.mig:
             gpu = inv.gpu(ref.gpu)
-            if gpu is None or ref.slice >= len(gpu.mig_slices):
+            if gpu is None:
                 return None
-            uuids.add(gpu.mig_slices[ref.slice].uuid)
+            if ref.uuid is not None:  # by UUID: a MIG layout change may have moved the index
+                if all(m.uuid != ref.uuid for m in gpu.mig_slices):
+                    return None
+                uuids.add(ref.uuid)
+            elif ref.slice >= len(gpu.mig_slices):
+                return None
+            else:
+                uuids.add(gpu.mig_slices[ref.slice].uuid)
         return frozenset(uuids)
     if any(inv.gpu(u) is None for u in a.gpus):
         return None

@@ -334,7 +334,12 @@ def placement(pod: Obj, node: NodeInfo, spec: PodSpec) -> Placement:
         j = by_uuid.get(ref.gpu)
         if j is None or not 0 <= ref.slice < len(node.gpus[j].mig_slices):
             raise ModelError(where, f"MIG slice {ref.slice} of GPU {ref.gpu} is not on node {node.name}")
-        slices.append(offsets[ref.gpu] + ref.slice)
+        local = ref.slice
+        if ref.uuid is not None and node.gpus[j].mig_uuids:  # the index may have moved in a layout change
+            if ref.uuid not in node.gpus[j].mig_uuids:
+                raise ModelError(where, f"MIG device {ref.uuid} is no longer on GPU {ref.gpu} of node {node.name}")
+            local = node.gpus[j].mig_uuids.index(ref.uuid)
+        slices.append(offsets[ref.gpu] + local)
     return Placement(uid, node.name, spec.cpu_milli, spec.mem_mib, tuple(gpus), a.milli if gpus else 0,
                      a.mem_mib if gpus else 0, tuple(slices), spec.pod_group, spec.queue, spec.priority,
                      spec.preemptible, started)
@@ -346,7 +351,8 @@ def assignment(p: Placement, node: NodeInfo) -> ann.GpuAssignment:
     flat = [(g.uuid, s) for g in node.gpus for s in range(len(g.mig_slices))]
     for s in p.mig_slices:
         uuid, local = flat[s]
-        refs.append(ann.MigSliceRef(uuid, local))
+        mig_uuids = node.gpus[[g.uuid for g in node.gpus].index(uuid)].mig_uuids
+        refs.append(ann.MigSliceRef(uuid, local, mig_uuids[local] if mig_uuids else None))
     gpus = tuple(node.gpus[j].uuid for j in p.gpus)
     return ann.GpuAssignment(node.name, gpus, p.milli if gpus else 0, p.gpu_mem_mib if gpus else 0, tuple(refs))
 

@@ -14,7 +14,9 @@ the whole interface:
   `migEnabled` may be absent (agents before them): no starts known, and MIG mode read from `mig`.
 * Pod annotation `gpufleet.io/gpu-assignment`, written by the scheduler before binding:
   `{node, gpus, milli, memMiB, mig}` with `milli` and `memMiB` per GPU (milli 1000 = whole
-  GPU) and `mig` a list of `{gpu, slice}`, `slice` indexing that GPU's `mig` list. The agent
+  GPU) and `mig` a list of `{gpu, slice, uuid}`, `slice` indexing that GPU's `mig` list when
+  assigned and `uuid` the instance's MIG UUID (absent from schedulers before it). Both sides
+  find the instance by `uuid` when it is there: a MIG layout change can move its index. The agent
   trusts it only on a pod whose `spec.schedulerName` is `gpufleet` and which is bound to the
   agent's node, so a user cannot pre-set it to pick a device.
 
@@ -90,10 +92,13 @@ class InventoryGpu:
 
 @dataclass(frozen=True, slots=True)
 class MigSliceRef:
-    """A carved MIG instance: the GPU and the index into that GPU's `mig` list."""
+    """A carved MIG instance: the GPU, the index into that GPU's `mig` list when assigned, and
+    its MIG UUID when the scheduler knew it. The UUID is what counts: a MIG layout change can
+    shift the index of an instance that stays (agent/mig_layout.py), never its UUID."""
 
     gpu: str
     slice: int
+    uuid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,13 +139,14 @@ def decode_inventory(text: str) -> tuple[InventoryGpu, ...]:
 def inventory_to_gpus(gpus: tuple[InventoryGpu, ...]) -> tuple[Gpu, ...]:
     """The scheduler's view of the GPUs (`NodeInfo.gpus`); an unknown NUMA node reads as 0."""
     return tuple(Gpu(GpuUuid(g.uuid), g.model, g.mem_mib, g.index, g.nvlink_domain,
-                     g.numa_node if g.numa_node is not None else 0, g.healthy, g.mig)
+                     g.numa_node if g.numa_node is not None else 0, g.healthy, g.mig, g.mig_enabled, g.mig_devices)
                  for g in gpus)
 
 
 def encode_assignment(a: GpuAssignment) -> str:
     return json.dumps({"node": a.node, "gpus": list(a.gpus), "milli": a.milli, "memMiB": a.mem_mib,
-                       "mig": [{"gpu": m.gpu, "slice": m.slice} for m in a.mig]},
+                       "mig": [{"gpu": m.gpu, "slice": m.slice, **({"uuid": m.uuid} if m.uuid else {})}
+                               for m in a.mig]},
                       separators=(",", ":"))
 
 
@@ -194,7 +200,8 @@ def _inventory_gpu(item: object, where: str) -> InventoryGpu:
 
 def _slice_ref(item: object, where: str) -> MigSliceRef:
     obj = _object(item, where)
-    return MigSliceRef(_str(obj, "gpu", where), _int(obj.get("slice"), f"{where}: slice"))
+    return MigSliceRef(_str(obj, "gpu", where), _int(obj.get("slice"), f"{where}: slice"),
+                       _str(obj, "uuid", where) if "uuid" in obj else None)
 
 
 def _load(text: str, annotation: str) -> Any:

@@ -41,10 +41,16 @@ class Gpu:
     numa_node: int = 0
     healthy: bool = True
     mig_slices: tuple[str, ...] = ()
+    mig_mode: bool = False
+    """MIG mode is on even when no instance is carved (all destroyed for a repartition): such a
+    GPU takes no whole-GPU or fractional work. A GPU with carved `mig_slices` is in MIG mode anyway."""
+    mig_uuids: tuple[str, ...] = ()
+    """The MIG UUIDs of `mig_slices`, parallel to it; () when unknown (simulated GPUs). An
+    assignment names them, so it still finds its instance after a layout change moved its index."""
 
     @property
     def mig_enabled(self) -> bool:
-        return bool(self.mig_slices)
+        return self.mig_mode or bool(self.mig_slices)
 
 
 @dataclass(frozen=True, slots=True)

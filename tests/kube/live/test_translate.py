@@ -92,13 +92,31 @@ def test_assignment_round_trip_whole_and_mig() -> None:
     spec = translate.pod_spec(pod(limits={"nvidia.com/mig-3g.40gb": 1}))
     decided = Placement(PodUid("uid-p"), n.name, 0, 0, mig_slices=(1,))
     a = translate.assignment(decided, n)
-    assert a.mig == (ann.MigSliceRef("GPU-a", 1),)
+    assert a.mig == (ann.MigSliceRef("GPU-a", 1, "MIG-2"),)
     bound = pod(limits={"nvidia.com/mig-3g.40gb": 1})
     bound["metadata"]["annotations"] = {ann.ASSIGNMENT_ANNOTATION: ann.encode_assignment(a)}
     assert translate.placement(bound, n, spec).mig_slices == (1,)
     whole = Placement(PodUid("uid-p"), n.name, 0, 0, (1,), 1000, 81920)
     bound["metadata"]["annotations"] = {ann.ASSIGNMENT_ANNOTATION: ann.encode_assignment(translate.assignment(whole, n))}
     assert translate.placement(bound, n, spec).gpus == (1,)
+
+
+def test_a_mig_assignment_finds_its_instance_by_uuid_after_a_layout_change_moved_it() -> None:
+    """MIG-2 was slice 1 of GPU-a; a layout change destroyed MIG-1 and carved MIG-3 after it."""
+    a = ann.GpuAssignment("n1", mig=(ann.MigSliceRef("GPU-a", 1, "MIG-2"),))
+    bound = pod(limits={"nvidia.com/mig-3g.40gb": 1})
+    bound["metadata"]["annotations"] = {ann.ASSIGNMENT_ANNOTATION: ann.encode_assignment(a)}
+    spec = translate.pod_spec(bound)
+    changed = ann.encode_inventory((
+        ann.InventoryGpu("GPU-a", "NVIDIA-A100-SXM4-80GB", 81920, 0, 0, "d0", True, ("3g.40gb", "3g.40gb"),
+                         ("MIG-2", "MIG-3")),))
+    assert translate.placement(bound, translate.node_info(node(**{ann.INVENTORY_ANNOTATION: changed})),
+                               spec).mig_slices == (0,)
+    gone = ann.encode_inventory((
+        ann.InventoryGpu("GPU-a", "NVIDIA-A100-SXM4-80GB", 81920, 0, 0, "d0", True, ("3g.40gb", "3g.40gb"),
+                         ("MIG-4", "MIG-3")),))
+    with pytest.raises(ModelError, match="MIG device MIG-2 is no longer on GPU GPU-a of node n1"):
+        translate.placement(bound, translate.node_info(node(**{ann.INVENTORY_ANNOTATION: gone})), spec)
 
 
 def test_queue_quantities_become_dimensions() -> None:
