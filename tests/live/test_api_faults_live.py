@@ -223,11 +223,13 @@ def _run_through_outage(c: Cluster, nodes: list[Obj], tmp_path: Path, component:
         creator.start()
         wait_for(lambda: len(bound(gpufleet_pods(c.admin))) >= 200, 120, "200 pods bound")
         creator.join(120)
-        before = len(bound(gpufleet_pods(c.admin)))
+        before = len(bound(gpufleet_pods(c.admin)))  # first: what binds while `left` is counted adds to both
+        left = len(workload.placeable(c.admin.list("pods"), c.admin.list("nodes"), c.admin.list("podgroups")))
         started = time.monotonic()
         c.restart(component)
-        print(f"{component} restarted in {time.monotonic() - started:.1f} s with {before} pods bound")
-        assert before < 900, "the run was over before the restart"
+        print(f"{component} restarted in {time.monotonic() - started:.1f} s with {before} pods bound "
+              f"and {left} more placeable")
+        assert left > 0, "the run was over before the restart"
         try:
             wait_for(lambda: _settled_despite_errors(c), 240, "every pod bound or marked Unschedulable", interval_s=2.0)
         except AssertionError:  # what is left, for the next one to read (a clean-clone CI run timed out here once)
@@ -239,7 +241,10 @@ def _run_through_outage(c: Cluster, nodes: list[Obj], tmp_path: Path, component:
             raise
         assert s.ready()
         assert s.terminate() == 0
-    assert_outcome(c, created=1000, at_least_bound=before + 100, audit_complete=component != "kube-apiserver")
+    # how many bind after the restart depends on how far the run got before it (a loaded machine
+    # creates the pods more slowly): at least 100 more, or all that were still placeable
+    assert_outcome(c, created=1000, at_least_bound=before + min(100, left),
+                   audit_complete=component != "kube-apiserver")
     return log.read_text()
 
 
