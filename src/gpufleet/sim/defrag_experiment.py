@@ -169,7 +169,8 @@ def run_all(make: Callable[[int], Workload], policies: Sequence[str], seeds: Seq
 
 
 def table(runs: Sequence[DefragRun]) -> dict[str, dict[str, float]]:
-    """policy -> KPI -> mean over seeds (the big-job waits weighted by each seed's big jobs)."""
+    """policy -> KPI -> mean over seeds; the big-job mean wait is weighted by each seed's big jobs
+    (pooled), `big_jobs` is their sum."""
     out: dict[str, dict[str, float]] = {}
     for name in dict.fromkeys(r.policy for r in runs):
         rows = [r.row for r in runs if r.policy == name]
