@@ -18,7 +18,7 @@ from gpufleet.sim.traces import openb, trace_dir
 from gpufleet.sim.workload import Workload
 
 POLICIES = "off,budget-1,budget-4"
-QUICK = {"jobs": 3000, "seeds": "0", "policies": "off,budget-2"}
+QUICK = {"jobs": 8000, "seeds": "0", "policies": "off,budget-2"}
 
 
 def add_experiment(exp_sub: Any) -> None:
