@@ -80,3 +80,16 @@ def test_the_meter_counts_idle_slices_only_while_a_request_is_pending_and_inside
     assert meter.idle_while_pending_s == 14 * 10 + 7 * 50
     assert meter.unallocated_pct() == pytest.approx(100 * (140 + 350) / (14 * 100))
     assert meter.allocated_pct() == pytest.approx(100 * (0 * 10 + 7 * 40 + 7 * 50) / (14 * 100))
+
+
+def test_in_use_flags_follow_the_listed_order_of_the_gpus_instances_not_their_starts() -> None:
+    # listed 1g, 1g, 2g, 3g; placed 2g@0, 1g@2, 1g@3, 3g@4: slice 0 is a 1g, not the 2g at slot 0
+    node = make_node("n0").gpus(1).mig(0, *BALANCED).build()
+    reconf = MigReconfigurer([node], (0.0, 1.0), plan=True, delay_s=DELAY)
+    held = Placement(PodUid("p"), NodeName("n0"), mig_slices=(0,))
+    snap = ClusterSnapshot.build([node], [held]).owned()
+    change = reconf.step(0.0, snap, [make_pod("q").mig("2g.20gb").build(), make_pod("r").mig("2g.20gb").build()])
+    assert change is not None
+    (moved,) = change.placements
+    assert change.nodes[0].gpus[0].mig_slices[moved.mig_slices[0]] == "1g.10gb"  # the pod still holds a 1g
+    assert reconf.placed[(NodeName("n0"), 0)][moved.mig_slices[0]] == MigInstance(2, "1g.10gb")

@@ -86,6 +86,14 @@ class MigMeter:
         return 100.0 * self.allocated_s / total if total > 0 else 0.0
 
 
+def in_listed_order(listed: Sequence[str], placed: Sequence[MigInstance]) -> tuple[MigInstance, ...]:
+    """`placed` in the order `listed` (a `Gpu.mig_slices`) names their profiles: a running pod's
+    slice index k is the k-th listed instance, so that is the order in-use flags are read in.
+    Instances of one profile are taken by start."""
+    pool = {p: sorted(i for i in placed if i.profile == p) for p in set(listed)}
+    return tuple(pool[p].pop(0) for p in listed)
+
+
 class MigReconfigurer:
     """The replay's MIG layouts; plans with `core.mig_planner` when `plan` is set."""
 
@@ -107,7 +115,7 @@ class MigReconfigurer:
                 if family is None or placed is None:
                     raise ModelError(f"node {node.name}: gpus[{j}] ({gpu.uuid})",
                                      f"MIG layout {list(gpu.mig_slices)} has no valid placement on {gpu.model}")
-                self.placed[(node.name, j)] = placed
+                self.placed[(node.name, j)] = in_listed_order(gpu.mig_slices, placed)
                 self.family[(node.name, j)] = family
                 self.uuid[(node.name, j)] = gpu.uuid
         self.changing: set[GpuKey] = set()
