@@ -242,6 +242,15 @@ def test_mig_repartition_is_off_by_default_and_a_value_turns_it_on() -> None:
     assert "--mig-repartition" in command("scheduler.migRepartition=true")
 
 
+
+def test_defragmentation_is_off_by_default_and_values_set_it_and_its_budget() -> None:
+    def command(*sets: str) -> list[str]:
+        return list(_container(_find(render(*sets), "Deployment", "gpufleet-scheduler"))["command"])
+    assert "--defrag" not in command()
+    on = command("scheduler.defrag.enabled=true", "scheduler.defrag.budgetGpuHoursPerHour=0.5")
+    assert on[on.index("--defrag"):on.index("--defrag") + 3] == ["--defrag", "--defrag-budget", "0.5"]
+
+
 def test_karpenter_rules_go_only_when_neither_flag_nor_rbac_asks_for_them() -> None:
     def groups(objs: list[Obj]) -> set[str]:
         role = _find(objs, "ClusterRole", "gpufleet-scheduler")

@@ -39,6 +39,7 @@ SCHEDULER: set[tuple[str, str, str, str]] = {
     *((CLUSTER, "resource.k8s.io", r, v) for r in ("deviceclasses", "resourceslices") for v in ("list", "watch")),
     *((CLUSTER, "resource.k8s.io", "resourceclaims", v) for v in ("get", "list", "watch", "update")),
     (CLUSTER, "resource.k8s.io", "resourceclaims/status", "update"),
+    *((CLUSTER, "policy", "poddisruptionbudgets", v) for v in ("list", "watch")),  # --defrag
     (CLUSTER, "resource.k8s.io", "resourceclaims/binding", "update"),
 }
 AGENT: set[tuple[str, str, str, str]] = {

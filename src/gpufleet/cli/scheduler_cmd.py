@@ -18,6 +18,7 @@ replica as a standby (kube-scheduler does the same).
 from __future__ import annotations
 
 import argparse
+import math
 import logging
 import os
 import random
@@ -30,6 +31,7 @@ from types import FrameType
 from typing import Any
 
 from gpufleet.core.cycle import schedule
+from gpufleet.core.defrag import DefragSettings
 from gpufleet.framework.profile import ProfileSettings, build_profile, load_profiles
 from gpufleet.framework.profiles import BUILTIN, builtin
 from gpufleet.framework.registry import BuildContext
@@ -53,6 +55,10 @@ from gpufleet.web.sources import LiveSource
 from gpufleet.cli import main as cli_main
 from gpufleet.cli.main import UsageError, finite_float, port, positive_int, random_seed
 
+
+
+_DEFRAG = DefragSettings()
+"""`--defrag`'s defaults."""
 
 
 def add_parser(subparsers: Any) -> None:
@@ -92,6 +98,21 @@ def add_parser(subparsers: Any) -> None:
                         "tolerationSeconds for not-ready/unreachable)")
     p.add_argument("--no-fault-eviction", action="store_true",
                    help="only stop placing on failed GPUs and nodes; never evict because of a fault")
+    p.add_argument("--defrag", action="store_true",
+                   help="move small preemptible pods (PodDisruptionBudgets respected) so that a big whole-GPU pod or "
+                        "gang blocked only by fragmentation fits (docs/defragmentation.md)")
+    p.add_argument("--defrag-budget", type=float, default=_DEFRAG.budget_gpu_hours_per_hour,
+                   metavar="GPU_HOURS", help="GPU-hours of work moves may throw away in any hour "
+                                             f"(default: {_DEFRAG.budget_gpu_hours_per_hour})")
+    p.add_argument("--defrag-min-gpus", type=int, default=_DEFRAG.min_gpus, metavar="N",
+                   help=f"only pods or gangs asking at least N whole GPUs (default: {_DEFRAG.min_gpus})")
+    p.add_argument("--defrag-min-wait", type=float, default=_DEFRAG.min_wait_s, metavar="SECONDS",
+                   help=f"only after they waited this long (default: {_DEFRAG.min_wait_s})")
+    p.add_argument("--defrag-window", type=float, default=_DEFRAG.window_s, metavar="SECONDS",
+                   help=f"a moved pod is not moved again for this long (default: {_DEFRAG.window_s})")
+    p.add_argument("--defrag-checkpoint", type=float, default=None, metavar="SECONDS",
+                   help="pods checkpoint this often, so a move loses only the work since the last checkpoint "
+                        "(default: none, a move loses the pod's whole run)")
     p.add_argument("--mig-repartition", action="store_true",
                    help="change the MIG layouts of idle GPU instances for pods waiting for a MIG profile: writes "
                         "gpufleet.io/mig-layout on nodes, which their agents apply (docs/mig-repartitioning.md)")
@@ -146,6 +167,24 @@ def profile_by_name(name: str) -> ProfileSettings:
     return builtin(name) if name in BUILTIN else load_profile(Path(name), SCHEDULER_NAME)
 
 
+def _defrag_settings(args: argparse.Namespace) -> DefragSettings | None:
+    """`--defrag` and its knobs; a value out of range is a usage error naming the flag."""
+    if not args.defrag:
+        return None
+    for flag, value in (("--defrag-budget", args.defrag_budget), ("--defrag-min-wait", args.defrag_min_wait),
+                        ("--defrag-window", args.defrag_window)):
+        if not math.isfinite(value) or value < 0:
+            raise UsageError(f"{flag}: must be a non-negative number of {'GPU-hours' if 'budget' in flag else 'seconds'}, "
+                             f"got {value}")
+    if args.defrag_min_gpus < 1:
+        raise UsageError(f"--defrag-min-gpus: must be at least 1, got {args.defrag_min_gpus}")
+    if args.defrag_checkpoint is not None and (not math.isfinite(args.defrag_checkpoint) or args.defrag_checkpoint <= 0):
+        raise UsageError(f"--defrag-checkpoint: must be a positive number of seconds, got {args.defrag_checkpoint}")
+    return DefragSettings(min_gpus=args.defrag_min_gpus, min_wait_s=args.defrag_min_wait, window_s=args.defrag_window,
+                          budget_gpu_hours_per_hour=args.defrag_budget, checkpoint_s=args.defrag_checkpoint,
+                          interval_s=10.0)
+
+
 def _connect(kubeconfig: Path | None, timeout_s: float = 10.0) -> Rest:
     try:
         cfg = kube_config.from_kubeconfig(kubeconfig) if kubeconfig else kube_config.in_cluster()
@@ -185,12 +224,13 @@ def _run(args: argparse.Namespace) -> int:
                                        release_after_s=args.karpenter_release_after) if args.karpenter else None)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    defrag = _defrag_settings(args)
     rest = _connect(args.kubeconfig, args.api_timeout)
     service = SchedulerService(rest, profile, ServiceSettings(
         scheduler_name=args.scheduler_name, identity=f"{identity}_{os.getpid()}" if not os.environ.get("POD_NAME")
         else identity, qps=args.qps, burst=args.burst, workers=args.workers, leader_election=lease,
         assign=args.assign_with, faults=faults, karpenter=karpenter, assignment_keys=args.assignment_keys,
-        mig_repartition=args.mig_repartition,
+        mig_repartition=args.mig_repartition, defrag=defrag,
         dra_drivers=tuple(d.strip() for d in args.dra_drivers.split(",") if d.strip())))
     try:
         http = HealthServer(args.http_port, service.metrics, service.ready, service.leading).start()

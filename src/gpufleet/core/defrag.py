@@ -53,7 +53,7 @@ from gpufleet.core.result import Eviction
 from gpufleet.core.statement import Statement
 from gpufleet.framework.profile import Profile
 from gpufleet.model import GPU_MILLI, ClusterSnapshot, GpuKind, Placement, PodSpec, PodUid
-from gpufleet.model.disruption import DisruptionBudget
+from gpufleet.model.disruption import Budget
 
 HOUR_S = 3600.0
 
@@ -132,7 +132,7 @@ def small(p: Placement) -> bool:
 
 def plan(snapshot: ClusterSnapshot, unit: Sequence[PodSpec], profile: Profile, *, now: float,
          rng: random.Random, settings: DefragSettings, ledger: DefragLedger = DefragLedger(),
-         budgets: Sequence[DisruptionBudget] = (),
+         budgets: Sequence[Budget] = (),
          specs: Callable[[PodUid], PodSpec | None] = lambda _uid: None) -> DefragPlan | str:
     """The cheapest moves that let `unit` run (module docstring), or why there are none.
 
@@ -196,7 +196,7 @@ class _Search:
     """The movable pods of one snapshot and the plan being built through `statement`."""
 
     def __init__(self, statement: Statement, settings: DefragSettings, ledger: DefragLedger,
-                 budgets: Sequence[DisruptionBudget], now: float) -> None:
+                 budgets: Sequence[Budget], now: float) -> None:
         self.statement, self.settings, self.now = statement, settings, now
         running = list(statement.snapshot.placements.values())
         self.budgets = [(b, b.allowed(running)) for b in budgets]

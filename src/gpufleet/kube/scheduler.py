@@ -41,18 +41,19 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from gpufleet.core.cycle import schedule
+from gpufleet.core.defrag import DefragSettings
 from gpufleet.core.result import Eviction
 from gpufleet.framework.plugins.fragmentation import FragModel, typical_tasks
 from gpufleet.framework.profile import Profile, ProfileForMix, ProfileSettings
-from gpufleet.kube import translate
+from gpufleet.kube import mig_repartition, translate
 from gpufleet.kube.binder import GANG_UNSCHEDULABLE, GATED_MESSAGE, UNSCHEDULABLE, Binder, status_is
 from gpufleet.kube.cache import Pending, SchedulerCache
+from gpufleet.kube.defragmentation import Defragmenter
 from gpufleet.kube.events import EventRecorder
 from gpufleet.kube.faults import FaultFollower, FaultSettings
 from gpufleet.kube.informer import Handler, Informer
 from gpufleet.kube.karpenter import KarpenterSettings, Provisioner
 from gpufleet.kube.leader import LeaderElector, LeaseSettings
-from gpufleet.kube import mig_repartition
 from gpufleet.kube.metrics import Metrics
 from gpufleet.kube.mig_repartition import Repartitioner
 from gpufleet.kube.queues import QueueState, queue_status
@@ -100,6 +101,9 @@ class ServiceSettings:
     """None: no Karpenter integration (`--karpenter` off)."""
     assignment_keys: Path | None = None
     """Where the assignment-signing key ring is (`--assignment-keys`, a mounted Secret); None: unsigned."""
+    defrag: DefragSettings | None = None
+    """Move small pods so big whole-GPU pods blocked only by fragmentation fit (`--defrag`,
+    kube/defragmentation.py); None: off."""
     mig_repartition: bool = False
     """Change the MIG layouts of idle GPU instances for pods waiting for a MIG profile
     (`--mig-repartition`, kube/mig_repartition.py); the node agents apply them."""
@@ -124,6 +128,7 @@ class SchedulerService:
         self.binder = Binder(rest, self.cache, self.bucket, self.retrier, self.events, self.metrics,
                              workers=settings.workers, assign=settings.assign,
                              keys=KeyDir(settings.assignment_keys) if settings.assignment_keys else None)
+        self.defrag = Defragmenter(settings.defrag, seed=settings.seed) if settings.defrag is not None else None
         self.informers = self._informers()
         self.elector = (LeaderElector(rest, settings.identity, settings.leader_election)
                         if settings.leader_election else None)
@@ -161,6 +166,9 @@ class SchedulerService:
                      Handler(c.replace_slices, c.upsert_slice, c.delete_slice), stop),
             Informer(self.rest, "resourceclaims", path(RESOURCE, "resourceclaims"),
                      Handler(c.replace_claims, c.upsert_claim, c.delete_claim), stop),
+            *([Informer(self.rest, "poddisruptionbudgets", path("policy/v1", "poddisruptionbudgets"),
+                        Handler(self.defrag.replace_pdbs, self.defrag.upsert_pdb, self.defrag.delete_pdb), stop)]
+              if self.defrag is not None else []),
         ]
 
     # Nodes feed the cache and, as raw objects, the fault follower (conditions, taints) and the
@@ -327,6 +335,8 @@ class SchedulerService:
                              if self.karpenter is not None and result.unschedulable else {})
             for uid, status in result.unschedulable.items():
                 self._report_unschedulable(by_uid[uid], self._with_dra_hint(by_uid[uid], status.message))
+            if self.defrag is not None and result.unschedulable and self.defrag.due():
+                self._defragment(specs, result.unschedulable, profile, by_uid)
             if self.mig is not None and self.mig.due() and (
                     wanted := mig_repartition.demand(specs, result.unschedulable)):
                 self.mig.update(self._snapshot(), wanted)  # the binds just made are in the cache's view
@@ -416,9 +426,19 @@ class SchedulerService:
         objects = {PodUid(str(translate.meta(o).get("uid"))): o for o in self.cache.bound_objects()}
         self.faults.follow(snapshot, objects, lambda e: self._evict(e, preemption=False))
 
-    def _evict(self, evictions: tuple[Eviction, ...], *, preemption: bool = True) -> None:
+    def _defragment(self, specs: list[PodSpec], unschedulable: Mapping[PodUid, Any], profile: Profile,
+                    by_uid: Mapping[PodUid, Pending]) -> None:
+        """Carry out a defragmentation plan as preemption is carried out: evict, then nominate."""
+        assert self.defrag is not None
+        plan = self.defrag.plan(self._snapshot(), specs, set(unschedulable), profile, self.cache.bound_objects())
+        if plan is not None:
+            self._evict(plan.evictions, preemption=False, event="Defragmented")
+            self._nominate(plan.placements, plan.evictions, by_uid, moved=True)
+
+    def _evict(self, evictions: tuple[Eviction, ...], *, preemption: bool = True, event: str | None = None) -> None:
         """Victims go through the Eviction API (PDBs respected); each at most once per `eviction_retry_s`.
-        Preemption victims count against their pods' hourly preemption cap; fault victims do not."""
+        Preemption victims count against their pods' hourly preemption cap; fault and defragmentation
+        victims do not. `event`: the victim's event reason (preemption: `Preempted`)."""
         if not evictions:
             return
         now = time.monotonic()
@@ -429,7 +449,7 @@ class SchedulerService:
                 continue
             self._evicting[e.pod] = now + self.settings.eviction_retry_s
             future = self.binder.evict(translate.key_of(obj), obj, e.reason,
-                                       event="Preempted" if preemption else None)
+                                       event="Preempted" if preemption else event)
             if preemption:
                 future.add_done_callback(self._evicted(e.pod))
 
@@ -440,8 +460,9 @@ class SchedulerService:
         return done
 
     def _nominate(self, nominated: tuple[Placement, ...], evictions: tuple[Eviction, ...],
-                  by_uid: Mapping[PodUid, Pending]) -> None:
-        """A preemptor waits for its victims: its node is nominated, as kube-scheduler does."""
+                  by_uid: Mapping[PodUid, Pending], *, moved: bool = False) -> None:
+        """A preemptor waits for its victims: its node is nominated, as kube-scheduler does (`moved`:
+        the victims were moved for defragmentation, not preempted)."""
         victims: dict[str, int] = {}
         for e in evictions:
             if e.preemptor is not None:
@@ -449,7 +470,8 @@ class SchedulerService:
         for p in nominated:
             pod = by_uid.get(p.pod)
             if pod is not None:
-                self._report(pod, f"waiting for {victims.get(p.pod, 0)} preempted pod(s) to leave node {p.node}",
+                self._report(pod, f"waiting for {victims.get(p.pod, 0)} {'moved' if moved else 'preempted'} pod(s) "
+                                  f"to leave node {p.node}",
                              UNSCHEDULABLE, nominated=p.node)
 
     def _build_profile(self, specs: list[PodSpec]) -> Profile:

@@ -8,9 +8,10 @@ desiredHealthy is `minAvailable`, or `expectedPods - maxUnavailable`.
 
 Decisions:
 - Integers only (no percentages) and no namespace: a `Placement` carries neither labels nor a
-  namespace, and the simulator's workloads need neither. The live scheduler does not rely on
-  this model: the Eviction API answers 429 for a budget with no disruptions left and
-  `kube.binder` waits and retries, so a budget the core does not know of delays, never breaks.
+  namespace, and the simulator's workloads need neither. The live scheduler uses `LiveBudget`
+  instead: the pods a real budget selects and the disruptions its status allows. The Eviction
+  API answers 429 for a budget with no disruptions left anyway, and `kube.binder` waits and
+  retries, so a budget the core does not know of delays, never breaks.
 - `expected_pods` stands for the controller's scale (`.spec.replicas`); None = the pods the
   budget selects now, as for pods without a controller.
 """
@@ -19,10 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Protocol
 
 from gpufleet.model.errors import ModelError
 from gpufleet.model.placement import Placement
+from gpufleet.model.pod import PodUid
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 QUEUE_LABEL = "gpufleet.io/queue"
@@ -35,6 +37,35 @@ def pod_labels(p: Placement) -> dict[str, str]:
     if p.pod_group is not None:
         labels[POD_GROUP_LABEL] = p.pod_group.rsplit("/", 1)[-1]
     return labels
+
+
+class Budget(Protocol):
+    """What defragmentation asks of a budget: which running pods it selects, and how many of
+    them may be disrupted now."""
+
+    @property
+    def name(self) -> str: ...
+
+    def selects(self, p: Placement) -> bool: ...
+
+    def allowed(self, running: Iterable[Placement]) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LiveBudget:
+    """A PodDisruptionBudget as the live cluster has it: the pods its selector picks in its
+    namespace (evaluated by the scheduler on the pods' own labels, `kube/disruption_budgets.py`)
+    and `status.disruptionsAllowed`, which the disruption controller computes."""
+
+    name: str
+    pods: frozenset[PodUid]
+    disruptions_allowed: int
+
+    def selects(self, p: Placement) -> bool:
+        return p.pod in self.pods
+
+    def allowed(self, running: Iterable[Placement]) -> int:
+        return self.disruptions_allowed
 
 
 @dataclass(frozen=True, slots=True)
