@@ -9,6 +9,8 @@ import pytest
 
 from gpufleet.cli.main import main
 from gpufleet.sim import mig_experiment as mx
+from gpufleet.sim.workload import Job, Workload
+from gpufleet.testing import make_pod
 
 DELAY = 30.0
 
@@ -27,8 +29,8 @@ def test_the_invented_mix_shifts_from_small_by_day_to_large_by_night() -> None:
 
 def test_demand_driven_runs_every_job_of_a_small_mix_without_interrupting_any() -> None:
     w = mx.diurnal(1, 0.8, days=0.1, seed=3)
-    run = mx.run_one(({"d": w}, DELAY), "d", "demand", mx.BALANCED)
-    static = mx.run_one(({"d": w}, DELAY), "d", "balanced", mx.BALANCED)
+    run = mx.run_one(({"d": w}, DELAY), "d", "demand", (mx.BALANCED,))
+    static = mx.run_one(({"d": w}, DELAY), "d", "balanced", (mx.BALANCED,))
     assert run.row["never_started"] == 0 and (run.row["reconfigurations"] or 0) > 0
     assert static.row["reconfigurations"] == 0
     demand, balanced = run.row["unallocated_gpu_pct"], static.row["unallocated_gpu_pct"]
@@ -44,7 +46,7 @@ def test_the_experiment_writes_the_kpis_per_workload_and_policy(tmp_path: Path) 
     assert list(rows) == list(mx.POLICIES)
     for row in rows.values():
         assert {"unallocated_gpu_pct", "wait_p95_s", "reconfigurations"} <= set(row)
-    assert rows["all-1g"]["layout"] == ["1g.10gb"] * 7
+    assert rows["all-1g"]["layout"] == {"+".join(["1g.10gb"] * 7): 8}
 
 
 def test_openb_fractional_tasks_become_mig_pods(trace_root: Path) -> None:
@@ -54,3 +56,16 @@ def test_openb_fractional_tasks_become_mig_pods(trace_root: Path) -> None:
     assert len(w.jobs) == 100 and len(w.nodes) == 2
     assert {n.gpus[0].model for n in w.nodes} == {"A100-80GB", "H100-80GB"}
     assert all(j.pods[0].gpu.mig_profile == j.attrs["profile"] for j in w.jobs)
+
+
+def _jobs(*spec: tuple[str, int]) -> Workload:
+    """One node; `n` jobs of each profile, all running over the same 100 s window."""
+    jobs = [Job((make_pod(f"{p}-{k}").mig(p).build(),), float(k % 2) * 100, 100.0) for p, n in spec for k in range(n)]
+    return Workload("t", mx.cluster(1, ("H100-80GB",), mx.BALANCED), tuple(sorted(jobs, key=lambda j: j.arrival_s)))
+
+
+def test_the_static_mix_carves_the_profiles_in_proportion_to_their_mean_demand() -> None:
+    mix = mx.static_mix(_jobs(("7g.80gb", 4), ("1g.10gb", 28)))  # 4 x 7g and 28 x 1g running on average
+    assert sorted(mix) == [("1g.10gb",) * 7] * 4 + [("7g.80gb",)] * 4
+    only_3g = mx.static_mix(_jobs(("3g.40gb", 20)))
+    assert all(layout.count("3g.40gb") == 2 for layout in only_3g)

@@ -21,7 +21,7 @@ WORKLOADS = ("openb", "diurnal")
 
 
 def add_experiment(exp_sub: Any) -> None:
-    m = exp_sub.add_parser("mig", help="MIG: static layouts (all-1g, balanced, best static) against "
+    m = exp_sub.add_parser("mig", help="MIG: static layouts (all-1g, balanced, best static, a static mix) against "
                                        "demand-driven repartitioning (unallocated GPU share, waits, reconfigurations)")
     m.add_argument("--trace-dir", help="directory holding the traces (default: $GPUFLEET_TRACE_DIR); "
                                        "without one the openb workload is skipped, with a note")
@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
         print(note)
     start = time.perf_counter()
     with Progress() as progress:
-        total = mx.job_count(policies, len(workloads))
+        total = mx.job_count(policies, workloads)
         task = progress.add_task(f"mig: {len(workloads)} workloads x {len(policies)} policies ({total} replays)",
                                  total=total)
         runs = mx.run_all(workloads, policies, max(1, args.workers), args.reconfig_delay,
@@ -100,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  {policy:12} unallocated {row['unallocated_gpu_pct']}%  wait p95 {p95} (started: "
                   f"{row['wait_p95_started_s']} s)  never started {row['never_started']}  "
                   f"reconfigurations {row['reconfigurations']}"
-                  + (f"  layout {'+'.join(row['layout'])}" if policy == "best-static" else ""))  # type: ignore[arg-type]
+                  + (f"  layouts {row['layout']}" if policy in ("best-static", "static-mix") else ""))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"meta": meta, "workloads": rows}, indent=2) + "\n")

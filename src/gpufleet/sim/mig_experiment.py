@@ -25,7 +25,12 @@ Policies, each on every MIG GPU:
   has the lowest unallocated GPU %, then the lowest p95 wait of the jobs it started (a layout
   that runs a backlog of a few profiles while the others never start keeps its slices busy:
   lowest unallocated % alone would crown it). It SEES the workload: an offline search for one
-  layout on every GPU, not a policy;
+  layout on every GPU, not a policy. One layout for every GPU cannot serve a workload that
+  asks for 7g.80gb and for anything else, so on openb every such layout leaves jobs unstarted;
+- static-mix (not in the issue's list; added because the single layouts above cannot serve
+  openb at all): each GPU its own fixed layout, chosen offline so the cluster's instances
+  match the workload's mean concurrent demand per profile (`static_mix`). It also SEES the
+  workload;
 - demand: starts from the balanced layout and repartitions idle instances for the pending
   demand (`core.mig_planner`, applied by `sim.mig_reconfig` with its reconfiguration delay).
 
@@ -58,7 +63,7 @@ from gpufleet.sim.mig_reconfig import RECONFIG_DELAY_S, MigReconfigurer
 from gpufleet.sim.replay import ReplayResult, replay
 from gpufleet.sim.workload import Job, Workload
 
-POLICIES = ("all-1g", "balanced", "best-static", "demand")
+POLICIES = ("all-1g", "balanced", "best-static", "static-mix", "demand")
 KPIS = ("unallocated_gpu_pct", "allocated_gpu_pct", "wait_p95_s", "wait_p95_started_s", "wait_mean_started_s",
         "never_started", "reconfigurations", "jobs")
 FAMILY = "H100-80GB"
@@ -156,30 +161,67 @@ def diurnal(nodes: int, load: float, days: float = 2.0, seed: int = 0) -> Worklo
                     f"on {nodes} 8-GPU H100-80GB nodes (seed {seed})")
 
 
-def with_layout(workload: Workload, layout: Sequence[str]) -> Workload:
-    nodes = tuple(dataclasses.replace(n, gpus=tuple(dataclasses.replace(g, mig_slices=tuple(layout)) for g in n.gpus))
-                  for n in workload.nodes)
+def with_layout(workload: Workload, layouts: Sequence[tuple[str, ...]]) -> Workload:
+    """Every GPU carved as `layouts[k % len(layouts)]`, k counting GPUs in node order."""
+    k = iter(range(10 ** 9))
+    nodes = tuple(dataclasses.replace(n, gpus=tuple(dataclasses.replace(g, mig_slices=layouts[next(k) % len(layouts)])
+                                                    for g in n.gpus)) for n in workload.nodes)
     return dataclasses.replace(workload, nodes=nodes)
+
+
+def mean_demand(workload: Workload) -> dict[str, float]:
+    """Mean concurrent instances asked per profile: run time summed per profile over the arrival window."""
+    arrivals = [j.arrival_s for j in workload.jobs]
+    window = max(max(arrivals) - min(arrivals), 1.0)
+    out: dict[str, float] = {}
+    for j in workload.jobs:
+        for pod in j.pods:
+            if pod.gpu.mig_profile:
+                out[pod.gpu.mig_profile] = out.get(pod.gpu.mig_profile, 0.0) + (j.duration_s or 0.0) / window
+    return out
+
+
+def static_mix(workload: Workload) -> tuple[tuple[str, ...], ...]:
+    """One maximal layout per GPU, greedily: each GPU takes the layout covering the most compute
+    slices of the mean demand not yet covered; when no layout covers any, a new round starts
+    (the demand is covered again, in proportion). Offline: it reads the whole workload."""
+    target = mean_demand(workload)
+    layouts = [tuple(i.profile for i in layout) for layout in maximal_layouts(FAMILY)]
+    left = dict(target)
+    out = []
+    for _ in range(sum(len(n.gpus) for n in workload.nodes)):
+        def gain(layout: tuple[str, ...]) -> float:
+            return sum(_slices(p) * min(layout.count(p), max(left.get(p, 0.0), 0.0)) for p in set(layout))
+        if max(gain(lay) for lay in layouts) <= 0:
+            left = {p: left.get(p, 0.0) + t for p, t in target.items()}
+        best = max(layouts, key=lambda lay: (gain(lay), lay))
+        out.append(best)
+        for p in best:
+            left[p] = left.get(p, 0.0) - 1
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
 class MigRun:
     workload: str
     policy: str
-    layout: tuple[str, ...]
+    layouts: tuple[tuple[str, ...], ...]
+    """Each GPU's layout at the start."""
     row: dict[str, float | None]
 
 
 def run_one(shared: tuple[Mapping[str, Workload], float], name: str, policy: str,
-            layout: tuple[str, ...]) -> MigRun:
-    """One replay of workload `name` with every GPU starting as `layout`; planning iff `policy` is demand."""
+            layouts: tuple[tuple[str, ...], ...]) -> MigRun:
+    """One replay of workload `name` with the GPUs starting as `layouts` (see `with_layout`);
+    planning iff `policy` is demand."""
     workloads, delay_s = shared
-    workload = with_layout(workloads[name], layout)
+    workload = with_layout(workloads[name], layouts)
     arrivals = [j.arrival_s for j in workload.jobs]
     reconf = MigReconfigurer(workload.nodes, (min(arrivals), max(arrivals)), plan=policy == "demand", delay_s=delay_s)
     settings = dataclasses.replace(builtin("bestfit"), name=f"mig-{policy}", queueing=QueueingConfig())
     result = replay(workload, build_profile(settings), 0, mig=reconf)
-    return MigRun(name, policy, tuple(layout), measure(result, reconf))
+    carved = tuple(g.mig_slices for n in workload.nodes for g in n.gpus)
+    return MigRun(name, policy, carved, measure(result, reconf))
 
 
 def measure(result: ReplayResult, reconf: MigReconfigurer) -> dict[str, float | None]:
@@ -196,21 +238,23 @@ def measure(result: ReplayResult, reconf: MigReconfigurer) -> dict[str, float | 
             "jobs": float(len(result.records))}
 
 
-def candidates(policy: str) -> list[tuple[str, ...]]:
-    """The starting layouts a policy is replayed with (best-static: all maximal layouts)."""
+def candidates(policy: str, workload: Workload) -> list[tuple[tuple[str, ...], ...]]:
+    """The starting layouts a policy is replayed with (best-static: every maximal layout)."""
     if policy == "all-1g":
-        return [ALL_1G]
+        return [(ALL_1G,)]
     if policy in ("balanced", "demand"):
-        return [BALANCED]
+        return [(BALANCED,)]
     if policy == "best-static":
-        return [tuple(i.profile for i in layout) for layout in maximal_layouts(FAMILY)]
+        return [(tuple(i.profile for i in layout),) for layout in maximal_layouts(FAMILY)]
+    if policy == "static-mix":
+        return [static_mix(workload)]
     raise ModelError("--policies", f"unknown MIG policy {policy!r}; known: {', '.join(POLICIES)}")
 
 
 def run_all(workloads: Mapping[str, Workload], policies: Sequence[str], workers: int,
             delay_s: float = RECONFIG_DELAY_S, on_done: Callable[[MigRun], None] | None = None) -> list[MigRun]:
     """Every (workload, policy, starting layout) replay; best-static keeps its best layout."""
-    jobs = [(name, p, layout) for name in workloads for p in policies for layout in candidates(p)]
+    jobs = [(name, p, layouts) for name, w in workloads.items() for p in policies for layouts in candidates(p, w)]
     runs = parallel.run_jobs(run_one, (workloads, delay_s), jobs, workers, on_done)
     best: dict[tuple[str, str], MigRun] = {}
     for r in sorted(runs, key=_rank):
@@ -218,20 +262,29 @@ def run_all(workloads: Mapping[str, Workload], policies: Sequence[str], workers:
     return [best[(name, p)] for name in workloads for p in policies]
 
 
-def _rank(r: MigRun) -> tuple[float, float, float, tuple[str, ...]]:
+def _rank(r: MigRun) -> tuple[float, float, float, tuple[tuple[str, ...], ...]]:
     """best-static's order: most jobs started, lowest unallocated %, lowest p95 wait of those started."""
     wait = r.row["wait_p95_started_s"]
     return (r.row["never_started"] or 0.0, r.row["unallocated_gpu_pct"] or 0.0,
-            math.inf if wait is None else wait, r.layout)
+            math.inf if wait is None else wait, r.layouts)
 
 
-def job_count(policies: Sequence[str], workloads: int) -> int:
-    return workloads * sum(len(candidates(p)) for p in policies)
+def job_count(policies: Sequence[str], workloads: Mapping[str, Workload]) -> int:
+    return sum(len(candidates(p, w)) for w in workloads.values() for p in policies)
 
 
 def table(runs: Sequence[MigRun]) -> dict[str, dict[str, dict[str, object]]]:
     """workload -> policy -> KPIs and the layout it started from."""
     out: dict[str, dict[str, dict[str, object]]] = {}
     for r in runs:
-        out.setdefault(r.workload, {})[r.policy] = {**{k: r.row[k] for k in KPIS}, "layout": list(r.layout)}
+        out.setdefault(r.workload, {})[r.policy] = {**{k: r.row[k] for k in KPIS}, "layout": _layouts(r.layouts)}
+    return out
+
+
+def _layouts(layouts: tuple[tuple[str, ...], ...]) -> dict[str, int]:
+    """How many GPUs start with each layout, named by its profiles, largest first ("3g.40gb+2g.20gb+...")."""
+    out: dict[str, int] = {}
+    for layout in layouts:
+        name = "+".join(sorted(layout, key=lambda p: (-_slices(p), p)))
+        out[name] = out.get(name, 0) + 1
     return out
