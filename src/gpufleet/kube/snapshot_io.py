@@ -77,7 +77,8 @@ def _node(n: NodeInfo) -> dict[str, Any]:
                                                  for t in n.taints],
             "gpus": [{"uuid": g.uuid, "model": g.model, "memMiB": g.mem_mib, "index": g.index,
                       "nvlinkDomain": g.nvlink_domain, "numaNode": g.numa_node, "healthy": g.healthy,
-                      "mig": list(g.mig_slices)} for g in n.gpus]}
+                      "mig": list(g.mig_slices), "migMode": g.mig_mode, "migUuids": list(g.mig_uuids)}
+                     for g in n.gpus]}
 
 
 def _read_node(d: Mapping[str, Any]) -> NodeInfo:
@@ -86,7 +87,8 @@ def _read_node(d: Mapping[str, Any]) -> NodeInfo:
                     tuple(Taint(t["key"], t.get("value", ""), TaintEffect(t.get("effect", "NoSchedule")))
                           for t in d.get("taints", [])),
                     tuple(Gpu(GpuUuid(g["uuid"]), g["model"], g["memMiB"], g.get("index", 0), g.get("nvlinkDomain"),
-                              g.get("numaNode", 0), g.get("healthy", True), tuple(g.get("mig", [])))
+                              g.get("numaNode", 0), g.get("healthy", True), tuple(g.get("mig", [])),
+                              bool(g.get("migMode", False)), tuple(g.get("migUuids", [])))
                           for g in d.get("gpus", [])))
 
 

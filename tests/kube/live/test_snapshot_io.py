@@ -9,7 +9,7 @@ import pytest
 
 from gpufleet.cli.main import main
 from gpufleet.kube import snapshot_io
-from gpufleet.model import NodeName, Placement, PodGroup, PodUid, Queue
+from gpufleet.model import Gpu, GpuUuid, NodeInfo, NodeName, Placement, PodGroup, PodUid, Queue
 from gpufleet.testing import make_node, make_pod
 
 
@@ -26,6 +26,14 @@ def test_round_trip_is_lossless() -> None:
     d = sample()
     again = snapshot_io.loads(snapshot_io.dumps(d))
     assert again == d
+
+
+def test_mig_mode_and_mig_uuids_survive_a_round_trip() -> None:
+    """A GPU in MIG mode with nothing carved (being repartitioned) must not come back as a whole GPU."""
+    empty = Gpu(GpuUuid("GPU-e"), "NVIDIA-A100-SXM4-80GB", 81920, 0, mig_mode=True)
+    carved = Gpu(GpuUuid("GPU-c"), "NVIDIA-A100-SXM4-80GB", 81920, 1, mig_slices=("3g.40gb",), mig_uuids=("MIG-1",))
+    d = snapshot_io.Dump((NodeInfo(NodeName("n"), 1000, 1024, gpus=(empty, carved)),), (), (), (), (), {})
+    assert snapshot_io.loads(snapshot_io.dumps(d)) == d
 
 
 def test_a_malformed_dump_is_one_clear_error() -> None:
