@@ -173,6 +173,56 @@ def test_a_gang_gets_room_for_every_member_it_still_needs() -> None:
     assert sorted([m.pod for m in result.moves] + list(result.requeued)) == [e.pod for e in result.evictions]
 
 
+def test_a_gang_with_members_running_plans_only_for_the_members_it_still_lacks() -> None:
+    """minMember 3, one member already runs: of three pending members, two are placed, for one
+    node's worth of moves; a gang that ran no member would need a third node cleared."""
+    pods = [running(f"f{n}{j}", n, (j,), milli=500, started=NOW - 10 * j) for n in range(3) for j in range(6)]
+    pods.append(running("m-run", 3, (0, 1, 2), group="default/g"))
+    snap = ClusterSnapshot.build(nodes(4), pods, [PodGroup("g", 3)])
+    gang = [make_pod(f"m{k}").gpus(3).gang("g").build() for k in range(3)]
+    result = plan(snap, gang)
+    assert isinstance(result, defrag.DefragPlan)
+    assert len(result.placements) == 2 and [p.pod for p in result.placements] == [gang[0].uid, gang[1].uid]
+
+
+def test_a_gang_member_that_fits_is_placed_without_moves_and_only_the_other_moves_pods() -> None:
+    """Node 3 is empty: one 8-GPU member fits there; the other needs node 0 or 1 cleared."""
+    pods = [running(f"f{n}{j}", n, (j,), milli=500, started=NOW - 10 * j) for n in range(2) for j in range(4)]
+    snap = ClusterSnapshot.build(nodes(3), pods, [PodGroup("g", 2)])
+    gang = [make_pod(f"m{k}").gpus(8).gang("g").build() for k in range(2)]
+    result = plan(snap, gang)
+    assert isinstance(result, defrag.DefragPlan)
+    assert len(result.evictions) == 4 and {p.node for p in result.placements} >= {NodeName("n2")}
+
+
+def test_evictions_name_the_pod_they_make_room_for() -> None:
+    result = plan(half_full(), [big()])
+    assert isinstance(result, defrag.DefragPlan)
+    assert {e.preemptor for e in result.evictions} == {big().uid}
+    assert all(e.reason == "moved to make room for pod default/big (defragmentation)" for e in result.evictions)
+
+
+def test_a_plan_is_only_for_whole_gpu_units() -> None:
+    assert plan(half_full(), [make_pod("frac").fraction(500).build()]) == \
+        "defragmentation is only for pods asking whole GPUs"
+
+
+@pytest.mark.parametrize("unit,age,wanted", [
+    ([("w", 4)], 300.0, True),
+    ([("w", 3)], 300.0, False),
+    ([("w", 4)], 299.0, False),
+    ([("w", 2), ("w", 2)], 300.0, True),
+    ([("w", 4), ("f", 1)], 300.0, False),
+    ([], 300.0, False),
+], ids=["at the GPU and wait bounds", "too few GPUs", "not waited long enough", "a gang's GPUs add up",
+        "a fraction in the unit", "no unit"])
+def test_which_units_defragmentation_is_for(unit: list[tuple[str, int]], age: float, wanted: bool) -> None:
+    cfg = defrag.DefragSettings(min_gpus=4, min_wait_s=300.0)
+    pods = [(make_pod(f"p{k}").gpus(n) if kind == "w" else make_pod(f"p{k}").fraction(500)).created(NOW - age).build()
+            for k, (kind, n) in enumerate(unit)]
+    assert defrag.wants_defrag(pods, NOW, cfg) is wanted
+
+
 # -- properties ----------------------------------------------------------------------------------
 @st.composite
 def scenarios(draw: st.DrawFn, max_nodes: int = 3, budgets_too: bool = True
