@@ -207,6 +207,21 @@ def test_a_plan_is_only_for_whole_gpu_units() -> None:
         "defragmentation is only for pods asking whole GPUs"
 
 
+def test_a_budget_with_one_disruption_left_gives_one_of_its_pods_and_the_next_cheapest_pod_fills_in() -> None:
+    """Node 0: 4 free GPUs, half-GPU pods on GPUs 4-7; two cheap ones in the `serving` queue, whose
+    budget (minAvailable 1) allows one disruption, and two that ran longer. Node 1 cannot be
+    cleared. A 6-GPU pod needs two of GPUs 4-7: one serving pod and the cheaper of the others."""
+    pods = [running("s4", 0, (4,), milli=500, started=NOW - 60, queue="serving"),
+            running("s5", 0, (5,), milli=500, started=NOW - 60, queue="serving"),
+            running("d6", 0, (6,), milli=500, started=NOW - 600),
+            running("d7", 0, (7,), milli=500, started=NOW - 1200),
+            *(running(f"x{j}", 1, (j,), preemptible=False) for j in range(6))]
+    snap = ClusterSnapshot.build(nodes(2), pods)
+    serving = DisruptionBudget("serving", MappingProxyType({QUEUE_LABEL: "serving"}), min_available=1)
+    assert evicted(plan(snap, [big(6)], budgets=[serving])) == ["d6", "s4"]
+    assert evicted(plan(snap, [big(6)])) == ["s4", "s5"]  # without the budget: the two cheapest
+
+
 @pytest.mark.parametrize("unit,age,wanted", [
     ([("w", 4)], 300.0, True),
     ([("w", 3)], 300.0, False),
