@@ -11,6 +11,7 @@ from typing import Any, cast
 from gpufleet.kube.cache import SchedulerCache
 from gpufleet.kube.mig_repartition import LAYOUT_ANNOTATION, STATE_ANNOTATION, Repartitioner, demand
 from gpufleet.kube import translate
+from gpufleet.model import ClusterSnapshot
 from gpufleet.model import annotations as ann
 from gpufleet.model import mig_placement
 from gpufleet.model.mig_placement import MigInstance
@@ -116,3 +117,19 @@ def test_an_agent_that_never_answers_frees_its_node_after_the_timeout() -> None:
 def test_a_gpu_whose_placements_the_agent_does_not_publish_is_left_alone() -> None:
     cache, rep, _ = setup(node("old", starts=False), node("new"))
     assert list(rep.layouts(cache.snapshot(), ["3g.40gb"])) == ["new"]
+
+
+def test_instances_a_pending_layout_destroys_take_no_new_pod_until_the_agent_answers() -> None:
+    cache, rep, _ = setup(node("n1"))
+    _, after = written(rep.layouts(cache.snapshot(), ["3g.40gb"])["n1"])
+    destroyed = 7 - len([i for i in after if i.profile == "1g.10gb"])  # of the seven 1g.10gb
+    assert destroyed > 0
+    snapshot = cache.snapshot()
+
+    def free(s: ClusterSnapshot) -> int:
+        return int(s.usage.free_slices[0, s.cluster.mig_profile_id["1g.10gb"]])
+    assert free(snapshot) == 7
+    assert rep.reserve(snapshot) == destroyed and free(snapshot) == 7 - destroyed
+    rep.upsert_node(node("n1", annotations={STATE_ANNOTATION: '{"generation":1,"state":"success"}'}))
+    again = cache.snapshot()
+    assert rep.reserve(again) == 0 and free(again) == 7  # answered: the inventory is the truth again

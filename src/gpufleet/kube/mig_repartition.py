@@ -21,7 +21,9 @@ A node is left out of the planning in these cases:
 * its agent publishes no `migStarts` (an older agent: its placements are unknown);
 * the node is not ready, or the GPU is unhealthy.
 
-Nodes with a layout pending count as supply: their waiting demand is not planned twice.
+Nodes with a layout pending count as supply: their waiting demand is not planned twice. The
+instances a pending layout destroys are marked taken in each cycle's snapshot (`reserve`), so no
+pod is bound to one between the plan and the agent's change.
 Plans run at most every `interval_s`, and the writes go through one background thread, as the
 consolidation guard's do, so a slow API server never holds up a cycle.
 """
@@ -42,7 +44,7 @@ from gpufleet.kube import translate
 from gpufleet.kube.errors import KubeError
 from gpufleet.kube.rest import Rest, path
 from gpufleet.kube.retry import Retrier
-from gpufleet.model import ClusterSnapshot, GpuKind, GpuUuid, ModelError, PodSpec, mig
+from gpufleet.model import ClusterSnapshot, GpuKind, GpuUuid, ModelError, NodeName, PodSpec, mig
 from gpufleet.model import annotations as ann
 from gpufleet.model.mig_placement import MigInstance
 
@@ -83,6 +85,8 @@ class Repartitioner:
         self._seen: dict[str, _Seen] = {}
         self._sent: dict[str, tuple[int, float]] = {}
         """Node -> (generation written by us, when): frozen until answered or timed out."""
+        self._destroying: dict[str, tuple[tuple[GpuUuid, MigInstance], ...]] = {}
+        """Node -> the instances its pending layout destroys: kept from new pods meanwhile (`reserve`)."""
         self._last = -float("inf")
         self._futures: list[Future[None]] = []
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="mig-layout")
@@ -134,10 +138,12 @@ class Repartitioner:
         gpus, node_of, layouts = self._gpus(snapshot, now)
         result = self.last_plan = mig_planner.plan(gpus, wanted)
         by_node: dict[str, dict[str, list[str]]] = {}
+        destroying: dict[str, list[tuple[GpuUuid, MigInstance]]] = {}
         for change in result.changes:
             node = node_of[change.uuid]
             after = change.apply(layouts[change.uuid])
             by_node.setdefault(node, {})[str(change.uuid)] = [f"{i.profile}@{i.start}" for i in after]
+            destroying.setdefault(node, []).extend((change.uuid, i) for i in change.destroy)
         out: dict[str, str] = {}
         for node, per_gpu in sorted(by_node.items()):
             with self._lock:
@@ -145,9 +151,38 @@ class Repartitioner:
                 generation = max(seen.written if seen else 0, seen.answered if seen else 0,
                                  self._sent.get(node, (0, 0.0))[0]) + 1
                 self._sent[node] = (generation, now)
+                self._destroying[node] = tuple(destroying.get(node, ()))
             out[node] = json.dumps({"generation": generation, "gpus": per_gpu}, separators=(",", ":"), sort_keys=True)
             self.writes += 1
         return out
+
+    def reserve(self, snapshot: ClusterSnapshot) -> int:
+        """Mark the instances that pending layouts destroy as taken in `snapshot`, so that no pod is
+        bound to one between the plan and the agent's change; how many were marked."""
+        now = self._clock()
+        c, u = snapshot.cluster, snapshot.usage
+        with self._lock:
+            seen, sent_at, destroying = dict(self._seen), dict(self._sent), dict(self._destroying)
+        marked = 0
+        for node, items in destroying.items():
+            s, sent, i = seen.get(node), sent_at.get(node), c.index.get(NodeName(node))
+            if s is None or sent is None or s.answered >= sent[0] or now - sent[1] >= self.timeout_s or i is None:
+                continue  # answered, given up on, or gone: the node's inventory is the truth again
+            reported = {g.uuid: g for g in s.inventory}
+            offset, first = {}, int(c.slice_start[i])
+            for gpu in c.nodes[i].gpus:
+                offset[gpu.uuid] = first
+                first += len(gpu.mig_slices)
+            for uuid, inst in items:
+                inv = reported.get(str(uuid))
+                if inv is None or uuid not in offset:
+                    continue
+                for k, (p, start) in enumerate(zip(inv.mig, inv.mig_starts)):
+                    if (p, start) == (inst.profile, inst.start) and not u.slice_used[offset[uuid] + k]:
+                        u.slice_used[offset[uuid] + k] = True
+                        marked += 1
+            u.refresh_row(i)
+        return marked
 
     def _gpus(self, snapshot: ClusterSnapshot, now: float
               ) -> tuple[list[MigGpu], dict[GpuUuid, str], dict[GpuUuid, tuple[MigInstance, ...]]]:

@@ -314,6 +314,8 @@ class SchedulerService:
         if not specs:
             self._covered = {}
         snapshot = self._snapshot() if specs or self.faults.active() else None
+        if snapshot is not None and self.mig is not None:
+            self.mig.reserve(snapshot)  # instances a pending MIG layout destroys take no new pod
         if snapshot is not None and self.faults.active():
             self._follow_faults(snapshot)
         if specs and snapshot is not None and snapshot.cluster.n_nodes:
