@@ -9,6 +9,9 @@ whole live suite.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Generator, Iterator
 
 import pytest
@@ -72,3 +75,11 @@ def rbac_recording() -> Iterator[Recording]:
 @pytest.fixture(scope="session")
 def live_run(request: pytest.FixtureRequest) -> LiveRun:
     return _run(request.config)
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    """A short directory under /tmp: unix socket paths must stay under 108 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="gf-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

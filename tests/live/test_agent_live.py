@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,14 +54,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 @pytest.fixture(scope="module")
 def kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return agent_kubeconfig(cluster, tmp_path_factory.mktemp("agent-sa") / "kubeconfig")
-
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    """A short directory under /tmp: unix socket paths must stay under 108 bytes."""
-    path = Path(tempfile.mkdtemp(prefix="gf-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def add_node(c: Cluster, name: str, *, taints: list[Obj] | None = None) -> Obj:

@@ -8,8 +8,6 @@ running on an instance keeps it through the change."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -35,13 +33,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with Cluster(tmp_path_factory.mktemp("mig") / "cluster") as c:
         install_gpufleet(c)
         yield c
-
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="gf-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def mig_pod(name: str, profile: str) -> Obj:

@@ -38,13 +38,11 @@ from typing import Any, Mapping
 from gpufleet.agent import devices as dev
 from gpufleet.agent.backend import BackendError, GpuBackend
 from gpufleet.agent.inventory import GpuEntry, MigOption, MigSlice
+from gpufleet.model import annotations as ann
 
 log = logging.getLogger(__name__)
 
-LAYOUT_ANNOTATION = "gpufleet.io/mig-layout"
-"""The layout the scheduler wants (written by the scheduler, read by the agent)."""
-STATE_ANNOTATION = "gpufleet.io/mig-layout-state"
-"""The outcome of the last layout the agent read (written by the agent)."""
+LAYOUT_ANNOTATION, STATE_ANNOTATION = ann.MIG_LAYOUT_ANNOTATION, ann.MIG_LAYOUT_STATE_ANNOTATION
 SUCCESS, FAILED = "success", "failed"
 
 

@@ -322,8 +322,9 @@ class Agent:
         except KubeAccessError as exc:
             return False, [f"cannot tell which MIG devices are in use ({exc}); nothing changed"], desired.generation
         changed, errors = False, []
+        before = inventory(self._backend.system(), self._backend.devices())  # one GPU's change leaves the others be
         for uuid, want in sorted(desired.gpus.items()):
-            fresh = inventory(self._backend.system(), self._backend.devices()).gpu(uuid)
+            fresh = before.gpu(uuid)
             try:
                 if fresh is None:
                     raise mig_layout.LayoutError(f"GPU {uuid}: not on this node")

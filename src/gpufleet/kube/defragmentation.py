@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
-from gpufleet.core import defrag
+from gpufleet.core import defrag, ordering
 from gpufleet.core.defrag import DefragLedger, DefragPlan, DefragSettings
 from gpufleet.framework.profile import Profile
 from gpufleet.kube import disruption_budgets, translate
@@ -37,19 +37,7 @@ Obj = Mapping[str, Any]
 def units(specs: Sequence[PodSpec], unschedulable: Collection[PodUid]) -> list[list[PodSpec]]:
     """The unschedulable pods as units, in the order of `specs` (the queue's): a gang's pending
     members together, at the place of its first one; any other pod alone."""
-    out: list[list[PodSpec]] = []
-    gangs: dict[str, list[PodSpec]] = {}
-    for s in specs:
-        if s.uid not in unschedulable:
-            continue
-        if s.pod_group is None:
-            out.append([s])
-        elif s.pod_group in gangs:
-            gangs[s.pod_group].append(s)
-        else:
-            gangs[s.pod_group] = [s]
-            out.append(gangs[s.pod_group])
-    return out
+    return ordering.order([s for s in specs if s.uid in unschedulable], key=lambda _s: ())  # stable: as given
 
 
 class Defragmenter:

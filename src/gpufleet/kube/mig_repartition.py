@@ -4,8 +4,8 @@ With `--mig-repartition`, a scheduling cycle that leaves pods asking for MIG pro
 unschedulable calls `Repartitioner.update`. That plans (`core/mig_planner.plan`, the same
 planner the simulator replays) over the MIG GPUs of the nodes. Each GPU comes in with:
 
-* its real layout: profiles and first memory slices, from the agent's inventory annotation
-  (`mig`, `migStarts`);
+* its real layout: profiles and first memory slices, as the agent's inventory annotation
+  reports them (`mig`, `migStarts`; `Gpu.mig_starts` in the snapshot);
 * the instances bound pods hold, from the snapshot.
 
 For each node the plan changes, it writes the new layout of the changed GPUs to the node's
@@ -44,27 +44,24 @@ from gpufleet.kube import translate
 from gpufleet.kube.errors import KubeError
 from gpufleet.kube.rest import Rest, path
 from gpufleet.kube.retry import Retrier
-from gpufleet.model import ClusterSnapshot, GpuKind, GpuUuid, ModelError, NodeName, PodSpec, mig
+from gpufleet.model import ClusterSnapshot, GpuKind, GpuUuid, NodeName, PodSpec, mig
 from gpufleet.model import annotations as ann
 from gpufleet.model.mig_placement import MigInstance
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
 
-LAYOUT_ANNOTATION = "gpufleet.io/mig-layout"
-STATE_ANNOTATION = "gpufleet.io/mig-layout-state"
-"""The same keys as `agent.mig_layout` (the scheduler may not import the agent)."""
+LAYOUT_ANNOTATION, STATE_ANNOTATION = ann.MIG_LAYOUT_ANNOTATION, ann.MIG_LAYOUT_STATE_ANNOTATION
 
 
 @dataclass(frozen=True, slots=True)
 class _Seen:
-    """What the node informer last showed of a node."""
+    """The generations the node informer last showed on a node (0: none, or unreadable)."""
 
-    inventory: tuple[ann.InventoryGpu, ...]
     written: int
-    """The generation of the node's layout annotation (0: none)."""
+    """Of the node's layout annotation."""
     answered: int
-    """The generation of the agent's state annotation (0: none)."""
+    """Of the agent's state annotation."""
 
 
 def demand(specs: Sequence[PodSpec], unschedulable: Iterable[str]) -> list[str]:
@@ -98,12 +95,8 @@ class Repartitioner:
     def upsert_node(self, obj: Obj) -> None:
         m = translate.meta(obj)
         a = m.get("annotations") or {}
-        try:
-            inventory = ann.decode_inventory(a[ann.INVENTORY_ANNOTATION]) if ann.INVENTORY_ANNOTATION in a else ()
-        except ModelError:
-            inventory = ()  # the cache reports a bad inventory; here the node is simply left out
         with self._lock:
-            self._seen[str(m.get("name", ""))] = _Seen(inventory, _generation(a.get(LAYOUT_ANNOTATION)),
+            self._seen[str(m.get("name", ""))] = _Seen(_generation(a.get(LAYOUT_ANNOTATION)),
                                                        _generation(a.get(STATE_ANNOTATION)))
 
     def delete_node(self, obj: Obj) -> None:
@@ -168,19 +161,15 @@ class Repartitioner:
             s, sent, i = seen.get(node), sent_at.get(node), c.index.get(NodeName(node))
             if s is None or sent is None or s.answered >= sent[0] or now - sent[1] >= self.timeout_s or i is None:
                 continue  # answered, given up on, or gone: the node's inventory is the truth again
-            reported = {g.uuid: g for g in s.inventory}
-            offset, first = {}, int(c.slice_start[i])
+            doomed = set(items)
+            first = int(c.slice_start[i])
             for gpu in c.nodes[i].gpus:
-                offset[gpu.uuid] = first
-                first += len(gpu.mig_slices)
-            for uuid, inst in items:
-                inv = reported.get(str(uuid))
-                if inv is None or uuid not in offset:
-                    continue
-                for k, (p, start) in enumerate(zip(inv.mig, inv.mig_starts)):
-                    if (p, start) == (inst.profile, inst.start) and not u.slice_used[offset[uuid] + k]:
-                        u.slice_used[offset[uuid] + k] = True
+                for k, (p, start) in enumerate(zip(gpu.mig_slices, gpu.mig_starts)):
+                    taken = start is None or (gpu.uuid, MigInstance(start, p)) not in doomed or u.slice_used[first + k]
+                    if not taken:
+                        u.slice_used[first + k] = True
                         marked += 1
+                first += len(gpu.mig_slices)
             u.refresh_row(i)
         return marked
 
@@ -198,16 +187,14 @@ class Repartitioner:
                 continue
             sent = sent_at.get(node.name)
             pending = sent is not None and s.answered < sent[0] and now - sent[1] < self.timeout_s
-            reported = {g.uuid: g for g in s.inventory}
             first = int(c.slice_start[i])
             for j, gpu in enumerate(node.gpus):
                 family = mig.mig_family(gpu.model)
-                inv = reported.get(str(gpu.uuid))
-                if family is None or inv is None or not inv.mig_enabled or inv.mig != gpu.mig_slices:
+                if family is None or not gpu.mig_enabled:
                     first += len(gpu.mig_slices)
                     continue
-                known = bool(inv.mig) == bool(inv.mig_starts) and None not in inv.mig_starts
-                instances = tuple(MigInstance(start, p) for p, start in zip(inv.mig, inv.mig_starts)
+                known = bool(gpu.mig_slices) == bool(gpu.mig_starts) and None not in gpu.mig_starts
+                instances = tuple(MigInstance(start, p) for p, start in zip(gpu.mig_slices, gpu.mig_starts)
                                   if start is not None)
                 used = frozenset(instances[k] for k in range(len(instances)) if u.slice_used[first + k])
                 first += len(gpu.mig_slices)

@@ -77,7 +77,8 @@ def _node(n: NodeInfo) -> dict[str, Any]:
                                                  for t in n.taints],
             "gpus": [{"uuid": g.uuid, "model": g.model, "memMiB": g.mem_mib, "index": g.index,
                       "nvlinkDomain": g.nvlink_domain, "numaNode": g.numa_node, "healthy": g.healthy,
-                      "mig": list(g.mig_slices), "migMode": g.mig_mode, "migUuids": list(g.mig_uuids)}
+                      "mig": list(g.mig_slices), "migMode": g.mig_mode, "migUuids": list(g.mig_uuids),
+                      "migStarts": list(g.mig_starts)}
                      for g in n.gpus]}
 
 
@@ -88,7 +89,7 @@ def _read_node(d: Mapping[str, Any]) -> NodeInfo:
                           for t in d.get("taints", [])),
                     tuple(Gpu(GpuUuid(g["uuid"]), g["model"], g["memMiB"], g.get("index", 0), g.get("nvlinkDomain"),
                               g.get("numaNode", 0), g.get("healthy", True), tuple(g.get("mig", [])),
-                              bool(g.get("migMode", False)), tuple(g.get("migUuids", [])))
+                              bool(g.get("migMode", False)), tuple(g.get("migUuids", [])), tuple(g.get("migStarts", [])))
                           for g in d.get("gpus", [])))
 
 

@@ -1,4 +1,4 @@
-"""The contract between the scheduler and the node agent: resource names and two annotations.
+"""The contract between the scheduler and the node agent: resource names and annotations.
 
 Both sides import this module and nothing else of each other, so the JSON shapes below are
 the whole interface:
@@ -47,6 +47,10 @@ SHARED_SUFFIX = ".shared"
 
 INVENTORY_ANNOTATION = "gpufleet.io/gpu-inventory"
 ASSIGNMENT_ANNOTATION = "gpufleet.io/gpu-assignment"
+MIG_LAYOUT_ANNOTATION = "gpufleet.io/mig-layout"
+"""On nodes: the MIG layout the scheduler wants; the agent applies it (agent/mig_layout.py)."""
+MIG_LAYOUT_STATE_ANNOTATION = "gpufleet.io/mig-layout-state"
+"""On nodes: the outcome of the last MIG layout the agent read (written by the agent)."""
 SCHEDULER_NAME = "gpufleet"
 """`spec.schedulerName` of the pods gpufleet places; the agent trusts assignments only on these."""
 
@@ -139,7 +143,8 @@ def decode_inventory(text: str) -> tuple[InventoryGpu, ...]:
 def inventory_to_gpus(gpus: tuple[InventoryGpu, ...]) -> tuple[Gpu, ...]:
     """The scheduler's view of the GPUs (`NodeInfo.gpus`); an unknown NUMA node reads as 0."""
     return tuple(Gpu(GpuUuid(g.uuid), g.model, g.mem_mib, g.index, g.nvlink_domain,
-                     g.numa_node if g.numa_node is not None else 0, g.healthy, g.mig, g.mig_enabled, g.mig_devices)
+                     g.numa_node if g.numa_node is not None else 0, g.healthy, g.mig, g.mig_enabled, g.mig_devices,
+                     g.mig_starts)
                  for g in gpus)
 
 

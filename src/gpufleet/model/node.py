@@ -47,6 +47,9 @@ class Gpu:
     mig_uuids: tuple[str, ...] = ()
     """The MIG UUIDs of `mig_slices`, parallel to it; () when unknown (simulated GPUs). An
     assignment names them, so it still finds its instance after a layout change moved its index."""
+    mig_starts: tuple[int | None, ...] = ()
+    """The first memory slice of each `mig_slices` instance, parallel to it (None where the agent
+    did not say); () when unknown. A MIG layout change names instances by it."""
 
     @property
     def mig_enabled(self) -> bool:
