@@ -29,7 +29,7 @@ from gpufleet.testing.cluster import Cluster
 
 from .cluster_kit import Scheduler, agent_kubeconfig, install_gpufleet, scheduler_kubeconfig, wait_for
 from .node_faults import start_kubelet, stop_kubelet
-from .test_agent_live import add_node, node_api, sock_dir  # noqa: F401  (sock_dir is a fixture)
+from .test_agent_live import add_node, node_api
 
 NODE = "gpu-signed"
 MILLI = ann.GPU_MILLI_RESOURCE
