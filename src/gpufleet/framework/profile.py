@@ -129,11 +129,15 @@ class ProfileForMix:
 
     def get(self, pods: Callable[[], Iterable[PodSpec]]) -> Profile:
         """The profile for the pods `pods()` gives (called only if the profile reads the mix)."""
+        return self.get_for(lambda: typical_tasks(pods()))
+
+    def get_for(self, mix: Callable[[], tuple[TypicalTask, ...]]) -> Profile:
+        """The profile for the typical-task mix `mix()` gives (called only if the profile reads it)."""
         if not self.settings.needs_typical_tasks:
             if self._profile is None:
                 self._profile = build_profile(self.settings)
             return self._profile
-        tasks = typical_tasks(pods())
+        tasks = mix()
         if self._profile is None or mix_drift(self._tasks, tasks) > MIX_DRIFT:
             self._profile = build_profile(self.settings, BuildContext(tasks))
             self._tasks = tasks

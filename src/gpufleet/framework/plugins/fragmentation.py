@@ -15,7 +15,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 import numpy.typing as npt
@@ -39,7 +39,11 @@ class TypicalTask:
     probability: float
 
 
-def task_spec(pod: PodSpec) -> tuple[int, int, int, frozenset[str]]:
+TaskSpec = tuple[int, int, int, frozenset[str]]
+"""A pod's shape as the typical-task mix counts it: CPU milli, GPU milli, GPUs, models."""
+
+
+def task_spec(pod: PodSpec) -> TaskSpec:
     g = pod.gpu
     if g.kind is GpuKind.WHOLE:
         return (pod.cpu_milli, GPU_MILLI, g.count, pod.gpu_models)
@@ -53,13 +57,17 @@ def typical_tasks(pods: Iterable[PodSpec], coverage: float = 0.95) -> tuple[Typi
 
     Ties in frequency keep first-seen order (stable), so the result is deterministic.
     """
-    counts = Counter(task_spec(p) for p in pods)
+    return typical_tasks_of(Counter(task_spec(p) for p in pods), coverage)
+
+
+def typical_tasks_of(counts: Mapping[TaskSpec, int], coverage: float = 0.95) -> tuple[TypicalTask, ...]:
+    """`typical_tasks` from the pods' counts per spec (in first-seen order), for callers that keep them."""
     total = sum(counts.values())
     if total == 0:
         return ()
-    chosen: list[tuple[tuple[int, int, int, frozenset[str]], int]] = []
+    chosen: list[tuple[TaskSpec, int]] = []
     covered = 0
-    for spec, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+    for spec, n in sorted(((s, n) for s, n in counts.items() if n > 0), key=lambda kv: -kv[1]):
         if covered >= coverage * total:
             break
         chosen.append((spec, n))
