@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import httpx2
+import msgspec
 import lightkube
 
 TEMPORARY_STATUS = frozenset({409, 410, 429})
@@ -82,6 +83,8 @@ def api_errors(what: str) -> Iterator[None]:
         raise PermanentError(f"{what}: {exc}", type(exc).__name__) from exc
     except httpx2.TransportError as exc:  # timeouts, refused or reset connections, TLS failures
         raise TemporaryError(f"{what}: {type(exc).__name__}: {exc or 'no detail'}", type(exc).__name__) from exc
+    except msgspec.DecodeError as exc:  # a reply that is not the JSON object it should be (a proxy's page, cut short)
+        raise TemporaryError(f"{what}: the reply is not a JSON object: {exc}", "malformed reply") from exc
     except lightkube.ConfigError as exc:  # e.g. the service-account token file vanished
         raise KubeConfigError(f"{what}: {exc}") from exc
 
