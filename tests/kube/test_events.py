@@ -95,3 +95,27 @@ def test_a_closed_client_before_close_is_still_a_bug(thread_errors: list[BaseExc
         time.sleep(0.01)
     assert [type(e) for e in thread_errors] == [RuntimeError]
     events.close(timeout_s=0.1)
+
+
+def test_events_wait_while_binds_are_waiting_at_most_max_defer_s() -> None:
+    """On a busy API server an event costs it as much as a bind: events go when no bind is waiting,
+    or once they have waited `max_defer_s`."""
+    rest = ClosingRest()
+    rest.release.set()
+    binding = threading.Event()
+    binding.set()
+    retrier = Retrier(RetryPolicy(attempts=1, first_delay_s=0.0, budget_s=1.0), logging.getLogger("t"),
+                      sleep=lambda s: None)
+    events = EventRecorder(rest, retrier, "me", workers=1, defer_to=binding.is_set,  # type: ignore[arg-type]
+                           max_defer_s=WAIT_S)
+    try:
+        events.record(POD, reason="Scheduled", note="assigned")
+        assert not rest.entered.acquire(timeout=0.3)  # held back while binds wait
+        binding.clear()
+        assert rest.entered.acquire(timeout=WAIT_S)
+        events.max_defer_s = 0.2
+        binding.set()
+        events.record(POD, reason="Scheduled", note="assigned again")
+        assert rest.entered.acquire(timeout=WAIT_S)  # binds still waiting, but it waited long enough
+    finally:
+        events.close(timeout_s=1.0)

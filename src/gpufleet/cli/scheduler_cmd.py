@@ -18,6 +18,7 @@ replica as a standby (kube-scheduler does the same).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import math
 import logging
 import os
@@ -196,6 +197,7 @@ def _connect(kubeconfig: Path | None, timeout_s: float = 10.0) -> Rest:
 
 
 def _run(args: argparse.Namespace) -> int:
+    faulthandler.enable()  # a crash in native code (OpenSSL, NumPy) leaves every thread's Python stack in the log
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request otherwise
     profile = load_profile(args.config, args.scheduler_name)
@@ -230,7 +232,7 @@ def _run(args: argparse.Namespace) -> int:
         scheduler_name=args.scheduler_name, identity=f"{identity}_{os.getpid()}" if not os.environ.get("POD_NAME")
         else identity, qps=args.qps, burst=args.burst, workers=args.workers, leader_election=lease,
         assign=args.assign_with, faults=faults, karpenter=karpenter, assignment_keys=args.assignment_keys,
-        mig_repartition=args.mig_repartition, defrag=defrag,
+        mig_repartition=args.mig_repartition, defrag=defrag, full_gc_interval_s=60.0,
         dra_drivers=tuple(d.strip() for d in args.dra_drivers.split(",") if d.strip())))
     try:
         http = HealthServer(args.http_port, service.metrics, service.ready, service.leading).start()

@@ -95,6 +95,9 @@ class Binder:
         self._keys = keys
         """Signs each assignment for its pod (`model.assignment_auth`); None: unsigned."""
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
+        self._binding = 0
+        """Binds submitted and not finished."""
+        self._count = threading.Lock()
         self._in_order = _InOrder(self._pool)
         self.claims = ClaimWriter(rest, cache, lambda what, fn: self._call("write resourceclaims", what, fn,
                                                                             binding=False))
@@ -107,7 +110,23 @@ class Binder:
     def bind(self, key: str, obj: Obj, p: Placement, node: NodeInfo, first_seen: float) -> Future[bool]:
         self._cache.assume(key, p)
         inflight = self.claims.expect(p)  # before any later pod of the cycle that shares one of its claims
-        return self._pool.submit(self._bind_with_claims, key, obj, p, node, first_seen, inflight)
+        with self._count:
+            self._binding += 1
+        future = self._pool.submit(self._bind_with_claims, key, obj, p, node, first_seen, inflight)
+        future.add_done_callback(self._dropped)
+        return future
+
+    def _dropped(self, future: Future[bool]) -> None:
+        if future.cancelled():  # never run (dropped at shutdown): `_bind_with_claims` did not count it
+            self._bound_one()
+
+    def _bound_one(self) -> None:
+        with self._count:
+            self._binding -= 1
+
+    def busy(self) -> bool:
+        """Binds are waiting or in flight (events wait for them: `EventRecorder`'s `defer_to`)."""
+        return self._binding > 0
 
     def _bind_with_claims(self, key: str, obj: Obj, p: Placement, node: NodeInfo, first_seen: float,
                           inflight: tuple[threading.Event, ...]) -> bool:
@@ -136,12 +155,14 @@ class Binder:
             return bool(bound)
         finally:
             self.claims.settled(p, inflight)
+            self._bound_one()
 
     def _bind(self, key: str, obj: Obj, p: Placement, node: NodeInfo, first_seen: float) -> bool | None:
         """True when bound; False when it may be bound (the devices stay assumed until the watch
         shows it); None when it certainly is not (the caller takes the claims back and requeues)."""
         m = meta(obj)
-        text = ann.encode_assignment(assignment(p, node))
+        devices = assignment(p, node)
+        text = ann.encode_assignment(devices)
         annotations = {ann.ASSIGNMENT_ANNOTATION: text}
         if self._keys is not None:
             annotations[SIGNATURE_ANNOTATION] = sign(self._keys.ring(), str(m.get("uid") or ""), key, p.node, text)
@@ -179,7 +200,7 @@ class Binder:
         self._metrics.binds.inc()
         self._metrics.e2e.observe(max(0.0, self._clock() - first_seen))
         self._events.record(obj, reason="Scheduled", action="Binding",
-                            note=f"Successfully assigned {key} to {p.node}" + _devices(text))
+                            note=f"Successfully assigned {key} to {p.node}" + _devices(devices))
         return True
 
     def _maybe_bound(self, key: str, obj: Obj, exc: KubeError) -> bool:
@@ -364,8 +385,7 @@ def _has_claims(obj: Obj) -> bool:
     return bool((obj.get("spec") or {}).get("resourceClaims"))
 
 
-def _devices(text: str) -> str:
-    a = ann.decode_assignment(text)
+def _devices(a: ann.GpuAssignment) -> str:
     if a.mig:
         return f" (MIG {', '.join(f'{m.gpu}#{m.slice}' for m in a.mig)})"
     if a.gpus:

@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from gpufleet.kube.errors import KubeError, TemporaryError, api_errors
 from gpufleet.kube.leader import micro_time
@@ -47,11 +47,15 @@ def event_body(pod: Mapping[str, Any], *, reason: str, note: str, type_: str, ac
 
 class EventRecorder:
     def __init__(self, rest: Rest, retrier: Retrier, instance: str, *, qps: float = 50.0, burst: int = 100,
-                 repeat_interval_s: float = 60.0, workers: int = 2, capacity: int = 10_000) -> None:
+                 repeat_interval_s: float = 60.0, workers: int = 2, capacity: int = 10_000,
+                 defer_to: Callable[[], bool] | None = None, max_defer_s: float = 10.0) -> None:
         self._rest, self._retrier, self.instance = rest, retrier, instance
+        self._defer_to, self.max_defer_s = defer_to, max_defer_s
+        """While `defer_to()` (binds waiting to be sent), an event waits, at most `max_defer_s`
+        after it was recorded: on a busy API server an event costs it as much as a bind."""
         self._bucket = TokenBucket(qps, burst)
         self.limiter = PerKeyLimiter(repeat_interval_s)
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(capacity)
+        self._queue: queue.Queue[tuple[float, dict[str, Any]] | None] = queue.Queue(capacity)
         self.dropped = 0
         self.sent = 0
         self._recent: deque[tuple[float, str, str, str]] = deque(maxlen=200)
@@ -75,7 +79,7 @@ class EventRecorder:
             self._recent.append((now, reason, f"{regarding['namespace']}/{regarding['name']}", note))
             self.recorded += 1
         try:
-            self._queue.put_nowait(body)
+            self._queue.put_nowait((time.monotonic(), body))
             return True
         except queue.Full:
             self.dropped += 1
@@ -87,9 +91,13 @@ class EventRecorder:
 
     def _run(self) -> None:
         while True:
-            body = self._queue.get()
-            if body is None:
+            item = self._queue.get()
+            if item is None:
                 return
+            recorded, body = item
+            while self._defer_to is not None and not self._closing and self._defer_to() \
+                    and time.monotonic() < recorded + self.max_defer_s:
+                time.sleep(0.02)
             ns = body["metadata"]["namespace"]
             self._bucket.acquire()
             try:

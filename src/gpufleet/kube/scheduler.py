@@ -43,7 +43,7 @@ import numpy as np
 from gpufleet.core.cycle import schedule
 from gpufleet.core.defrag import DefragSettings
 from gpufleet.core.result import Eviction
-from gpufleet.framework.plugins.fragmentation import FragModel, typical_tasks
+from gpufleet.framework.plugins.fragmentation import FragModel, TypicalTask, task_spec, typical_tasks, typical_tasks_of
 from gpufleet.framework.profile import Profile, ProfileForMix, ProfileSettings
 from gpufleet.kube import mig_repartition, translate
 from gpufleet.kube.binder import GANG_UNSCHEDULABLE, GATED_MESSAGE, UNSCHEDULABLE, Binder, status_is
@@ -51,6 +51,7 @@ from gpufleet.kube.cache import Pending, SchedulerCache
 from gpufleet.kube.defragmentation import Defragmenter
 from gpufleet.kube.events import EventRecorder
 from gpufleet.kube.faults import FaultFollower, FaultSettings
+from gpufleet.kube.heap import HeapKeeper
 from gpufleet.kube.informer import Handler, Informer
 from gpufleet.kube.karpenter import KarpenterSettings, Provisioner
 from gpufleet.kube.leader import LeaderElector, LeaseSettings
@@ -83,8 +84,9 @@ class ServiceSettings:
     """How the assignment annotation reaches the pod: in the Binding (one request) or by a
     PATCH before it ("patch", for API servers that do not copy a Binding's annotations)."""
     leader_election: LeaseSettings | None = None
-    min_cycle_interval_s: float = 0.05
-    """Changes arriving within this interval are handled by one cycle."""
+    min_cycle_interval_s: float = 0.01
+    """Changes arriving within this interval are handled by one cycle (and within the time the
+    last cycle took, when that was longer)."""
     resync_s: float = 5.0
     """Run a cycle at least this often while pods are pending (assumptions may have expired)."""
     status_interval_s: float = 10.0
@@ -107,6 +109,11 @@ class ServiceSettings:
     mig_repartition: bool = False
     """Change the MIG layouts of idle GPU instances for pods waiting for a MIG profile
     (`--mig-repartition`, kube/mig_repartition.py); the node agents apply them."""
+    full_gc_interval_s: float | None = None
+    """Take Python's full garbage collections over (kube/heap.py): one after the first lists,
+    then one every this many seconds, each freezing what survives. None: Python's own schedule
+    (which stalls a process holding a big cluster for a quarter second every few thousand pod
+    updates). The command sets 60."""
     dra_drivers: tuple[str, ...] = ()
     """The DRA drivers whose pools gpufleet allocates devices from (`*`: every driver). Empty:
     none, so a claim can only be placed once someone else allocated it. Two allocators on one
@@ -124,7 +131,7 @@ class SchedulerService:
         self.retrier = Retrier(settings.retry, logging.getLogger("gpufleet.kube.api"))
         self.bucket = TokenBucket(settings.qps, settings.burst)
         self.events = EventRecorder(rest, self.retrier, settings.identity, qps=max(settings.qps, 50.0),
-                                    burst=settings.burst)
+                                    burst=settings.burst, defer_to=lambda: self.binder.busy())
         self.binder = Binder(rest, self.cache, self.bucket, self.retrier, self.events, self.metrics,
                              workers=settings.workers, assign=settings.assign,
                              keys=KeyDir(settings.assignment_keys) if settings.assignment_keys else None)
@@ -148,6 +155,7 @@ class SchedulerService:
         self._covered: dict[PodUid, str] = {}
         """Pending pods -> the NodeClaim gpufleet provisioned for them (last provisioning)."""
         self.mig = Repartitioner(rest, self.retrier) if settings.mig_repartition else None
+        self.heap = HeapKeeper(settings.full_gc_interval_s) if settings.full_gc_interval_s is not None else None
 
     # -- lifecycle --------------------------------------------------------------------------
     def _informers(self) -> list[Informer]:
@@ -271,8 +279,12 @@ class SchedulerService:
         while not self.stop_event.is_set() and not self.synced():
             self.stop_event.wait(0.05)
         log.info("informers synced: %d nodes, %d pending pods", len(self.cache.nodes()), len(self.cache.pending()))
+        if self.heap is not None:
+            self.heap.after_sync()
         seen = -1
         while not self.stop_event.is_set() and not until():
+            if self.heap is not None:
+                self.heap.tick()
             version = self.cache.wait_for_change(seen, self._wait_s())
             if self.stop_event.is_set():
                 break
@@ -280,8 +292,12 @@ class SchedulerService:
                 seen = version
                 continue
             seen = version
+            started = time.monotonic()
             self.cycle()
-            self.stop_event.wait(self.settings.min_cycle_interval_s)
+            # Changes arriving meanwhile wait for the next cycle: at least `min_cycle_interval_s`,
+            # and as long as this one took, so cycles never hold more than half of the process
+            # (the watch and the binds need the rest) and batch more when they cost more.
+            self.stop_event.wait(max(self.settings.min_cycle_interval_s, time.monotonic() - started))
 
     def _wait_s(self) -> float:
         """Until the next cycle at the latest: the resync period, or sooner when a fault's grace ends."""
@@ -477,8 +493,14 @@ class SchedulerService:
                              UNSCHEDULABLE, nominated=p.node)
 
     def _build_profile(self, specs: list[PodSpec]) -> Profile:
-        """The built profile; rebuilt when the typical-task mix FGD-style scorers read has drifted."""
-        return self._profiles.get(lambda: [*self._bound_specs(), *specs])
+        """The built profile; rebuilt when the typical-task mix FGD-style scorers read has drifted.
+        The mix is of the bound pods and `specs`, from the cache's counts per shape: a cycle
+        costs the pods it schedules, not every bound pod."""
+        def mix() -> tuple[TypicalTask, ...]:
+            shapes = self.cache.bound_shapes()
+            shapes.update(task_spec(p) for p in specs)
+            return typical_tasks_of(shapes)
+        return self._profiles.get_for(mix)
 
     def _bound_specs(self) -> list[PodSpec]:
         return self.cache.bound_specs()

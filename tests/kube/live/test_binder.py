@@ -175,3 +175,24 @@ def test_a_queues_status_writes_land_in_the_order_asked_even_when_the_first_is_s
     events.close()
     assert [s for _, s in rest.statuses] == [{"pending": 3}, {"pending": 0}]
 
+
+
+def test_the_binder_is_busy_from_a_bind_until_its_request_returned_or_failed() -> None:
+    gate = threading.Event()
+    rest = FakeRest(lambda: gate.wait(30) and {})
+    cache = SchedulerCache()
+    cache.upsert_node(gpu_node())
+    cache.upsert_pod(pod("a", limits={"nvidia.com/gpu": 1}))
+    retrier = Retrier(RetryPolicy(attempts=1, first_delay_s=0.0, budget_s=1.0), logging.getLogger("t"),
+                      sleep=lambda s: None)
+    events = EventRecorder(rest, retrier, "me")  # type: ignore[arg-type]
+    binder = Binder(rest, cache, TokenBucket(0, 1), retrier, events, Metrics())  # type: ignore[arg-type]
+    assert not binder.busy()
+    future = binder.bind("ns/a", pod("a", limits={"nvidia.com/gpu": 1}),
+                         Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920),
+                         translate.node_info(gpu_node()), 0.0)
+    assert binder.busy()
+    gate.set()
+    assert future.result(30) and not binder.busy()
+    binder.close()
+    events.close()

@@ -1,0 +1,60 @@
+"""`HeapKeeper`: when the live scheduler's process runs Python's full garbage collection.
+
+The scheduler keeps every pod and node as the API server sent it: at 5,000 nodes and 10,000
+pods about 270,000 tracked objects, and one full (generation 2) collection scans them all,
+290 ms with the GIL held (measured on the 2-core development machine). CPython starts one
+whenever the objects that reached the oldest generation since the last grew by a quarter, and
+a watch replacing every pod's object as it is bound does that every few thousand pods: a
+quarter-second stall in the middle of binding, in the latency of every pod waiting then.
+
+So, as long-running Python services do (`gc.freeze`, Python 3.7+):
+- after the informers' first lists, one full collection, then everything alive is frozen
+  (moved to the permanent generation, which collections do not scan);
+- automatic full collections are off (the youngest two generations are still collected as
+  usual: they hold almost all garbage that has cycles);
+- every `interval_s`, one full collection of what is not frozen (what was created since the
+  last one: proportional to the churn, not to the cluster), then freeze again.
+
+Objects the API server's JSON becomes have no reference cycles, so a frozen pod whose watch
+event replaced it is freed by its reference count as before. Only cyclic garbage that was
+frozen while still referenced (none known in this process) would outlive its last reference.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from typing import Callable
+
+log = logging.getLogger(__name__)
+NO_AUTOMATIC_FULL = 1 << 30
+"""The oldest generation's threshold: collections of the generation below it never reach it."""
+
+
+class HeapKeeper:
+    def __init__(self, interval_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last: float | None = None
+        self.collections = 0
+
+    def after_sync(self) -> None:
+        """The informers' first lists are in: collect once, freeze, and take over full collections."""
+        young, middle, _ = gc.get_threshold()
+        gc.set_threshold(young, middle, NO_AUTOMATIC_FULL)
+        self._collect()
+
+    def tick(self) -> None:
+        """Between cycles: the periodic full collection, when due."""
+        if self._last is not None and self._clock() - self._last >= self.interval_s:
+            self._collect()
+
+    def _collect(self) -> None:
+        started = time.perf_counter()
+        found = gc.collect()
+        gc.freeze()
+        self._last = self._clock()
+        self.collections += 1
+        log.debug("full collection: %d unreachable, %.1f ms, %d frozen", found,
+                  1000 * (time.perf_counter() - started), gc.get_freeze_count())

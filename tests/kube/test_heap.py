@@ -1,0 +1,70 @@
+"""The scheduler process's full collections: frozen after the first lists, then on its own schedule."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from typing import Any, Iterator
+
+import pytest
+
+from gpufleet.kube.heap import NO_AUTOMATIC_FULL, HeapKeeper
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Node:
+    """A weak-referenceable object, in a cycle or not."""
+
+    def __init__(self) -> None:
+        self.other: Any = None
+
+
+@pytest.fixture(autouse=True)
+def _restore_the_collector() -> Iterator[None]:
+    saved = gc.get_threshold()
+    yield
+    gc.enable()
+    gc.unfreeze()
+    gc.set_threshold(*saved)
+
+
+def test_after_the_first_lists_everything_is_frozen_and_full_collections_are_ours() -> None:
+    keeper = HeapKeeper(60.0, Clock())
+    listed = [{"metadata": {"name": f"p-{i}"}} for i in range(1000)]
+    keeper.after_sync()
+    assert gc.get_threshold()[2] == NO_AUTOMATIC_FULL and keeper.collections == 1
+    assert gc.get_freeze_count() >= len(listed)
+
+
+def test_a_cycle_made_after_the_freeze_is_collected_when_the_interval_is_up_and_not_before() -> None:
+    clock = Clock()
+    keeper = HeapKeeper(60.0, clock)
+    keeper.after_sync()
+    gc.disable()  # no young collection in between: only the keeper's can find the cycle
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    gone = weakref.ref(a)
+    del a, b
+    clock.now = 59.0
+    keeper.tick()
+    assert keeper.collections == 1 and gone() is not None
+    clock.now = 60.0
+    keeper.tick()
+    assert keeper.collections == 2 and gone() is None
+
+
+def test_a_frozen_object_without_cycles_is_freed_when_its_last_reference_goes() -> None:
+    """What the informers hold (decoded JSON) has no cycles: freezing it does not keep it alive."""
+    keeper = HeapKeeper(60.0, Clock())
+    pod = Node()
+    gone = weakref.ref(pod)
+    keeper.after_sync()
+    del pod
+    assert gone() is None
