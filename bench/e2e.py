@@ -10,7 +10,11 @@ only scheduling and binding are measured.
 Runs, each on its own fresh cluster:
 
 - raw: the pods are created unbound, then bound to nodes chosen in advance by a loop of
-  Binding POSTs (4 processes x 8 threads): the most binds/s this API server takes here;
+  Binding POSTs (4 processes x 8 threads, each on a keep-alive `http.client` connection, the
+  cheapest client Python has): the most binds/s this API server takes here.
+  Timed as the scheduler runs are, from the first to the last bind the bench's watch sees
+  (that watch runs in every run); the loop's own count over its own time is
+  `loop_binds_per_s`;
 - kube-scheduler (v1.37, default profile) and gpufleet (`gpufleet scheduler`, the default
   profile, under the ServiceAccount and RBAC of deploy/):
   - batch: all pods created first, then the scheduler started: binds/s from the first to the
@@ -31,6 +35,7 @@ level when those ran, every run under "runs").
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import multiprocessing
 import os
@@ -55,6 +60,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from gpufleet.kube import translate  # noqa: E402
+from gpufleet.model import Placement, PodUid  # noqa: E402
 from gpufleet.model import annotations as ann  # noqa: E402
 from gpufleet.testing.cluster import Cluster, ClusterOptions, binary  # noqa: E402
 from gpufleet.testing.cluster.binaries import read_versions  # noqa: E402
@@ -198,6 +205,14 @@ class Watcher:
         self._proc.terminate()
 
 
+def by_second(times: list[float]) -> list[int]:
+    """Binds in each second from the first (sorted times): where a run was slow."""
+    counts = [0] * (int(times[-1] - times[0]) + 1)
+    for t in times:
+        counts[int(t - times[0])] += 1
+    return counts
+
+
 def whole_nodes_free(ep: Endpoint) -> int:
     """Nodes with none of their 8 GPUs taken, from the bound pods read back."""
     client = ep.client(1)
@@ -247,7 +262,8 @@ def fresh_cluster(tmp: Path, name: str, n_nodes: int) -> tuple[Cluster, Endpoint
     return c, ep
 
 
-def start_scheduler(which: str, c: Cluster, tmp: Path, qps: float, burst: int, profile: Path) -> subprocess.Popen[bytes]:
+def start_scheduler(which: str, c: Cluster, tmp: Path, qps: float, burst: int, profile: Path,
+                    extra: list[str]) -> subprocess.Popen[bytes]:
     log = (tmp / f"{which}.log").open("ab")
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     if which == "kube-scheduler":
@@ -265,7 +281,7 @@ def start_scheduler(which: str, c: Cluster, tmp: Path, qps: float, burst: int, p
     env["PYTHONPATH"] = str(ROOT / "src")
     cmd = [sys.executable, "-m", "gpufleet.cli.scheduler_cmd", "scheduler", "--kubeconfig", str(kubeconfig),
            "--config", str(profile), "--http-port", "0", "--qps", str(qps), "--burst", str(burst),
-           "--log-level", "WARNING"]
+           "--log-level", "WARNING", *extra]
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
@@ -278,7 +294,7 @@ def cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
 
 
 def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, rate: float, tmp: Path,
-                  profile: Path) -> Obj:
+                  profile: Path, extra: list[str]) -> Obj:
     name = f"{which}-{mode}-{n_nodes}-{'q' if qps else 'u'}"
     scheduler_name = "default-scheduler" if which == "kube-scheduler" else "gpufleet"
     c, ep = fresh_cluster(tmp, name, n_nodes)
@@ -289,10 +305,10 @@ def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, 
         if mode == "batch":
             create_all(ep, work, pod_path)
             started = time.monotonic()
-            proc = start_scheduler(which, c, tmp / name, qps, 100, profile)
+            proc = start_scheduler(which, c, tmp / name, qps, 100, profile, extra)
             created: dict[str, float] = {}
         else:
-            proc = start_scheduler(which, c, tmp / name, qps, 100, profile)
+            proc = start_scheduler(which, c, tmp / name, qps, 100, profile, extra)
             time.sleep(5)  # the scheduler's informers synced
             started = time.monotonic()
             created = {}
@@ -317,6 +333,8 @@ def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, 
         result: Obj = {"scheduler": which, "mode": mode, "nodes": n_nodes, "pods": n_pods,
                        "budget": f"{qps:g} QPS" if qps else "unthrottled", "bound": len(times),
                        "binds_per_s": round((len(times) - 1) / (times[-1] - times[0]), 1),
+                "binds_per_s_by_second": by_second(times),
+                       "binds_per_s_by_second": by_second(times),
                        "wall_s": round(times[-1] - started, 1), "cpu_s": round(cpu, 1),
                        "watch_resumed": watcher.resumed}
         if mode == "batch":
@@ -333,30 +351,58 @@ def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, 
 # --- the raw bind limit
 
 
-def bind(client: httpx2.Client, pod: str, node: str) -> None:
-    """POST the pod's Binding to `node`; anything but 201 ends the run."""
-    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "namespace": "default"},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-    r = client.post(f"/api/v1/namespaces/default/pods/{pod}/binding", content=json.dumps(body).encode(),
-                    headers={"Content-Type": "application/json"})
-    if r.status_code != 201:
-        raise SystemExit(f"bind {pod}: {r.status_code} {r.text[:200]}")
+class Connections:
+    """One keep-alive `http.client` connection per thread: the cheapest client in Python (a third of
+    httpx's CPU per request here), so the raw loop measures the server, not its own client."""
+
+    def __init__(self, ep: Endpoint) -> None:
+        self._ep, self._local = ep, threading.local()
+        self._ctx = ssl.create_default_context(cafile=ep.ca)
+        host = ep.url.split("://", 1)[1]
+        self._host, self._port = host.rsplit(":", 1)[0], int(host.rsplit(":", 1)[1])
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = http.client.HTTPSConnection(self._host, self._port, context=self._ctx, timeout=60)
+        conn.request("POST", path, body=body, headers={"Authorization": f"Bearer {self._ep.token}",
+                                                        "Content-Type": "application/json"})
+        r = conn.getresponse()
+        return r.status, r.read()
 
 
-def _worker(ep: Endpoint, write: Callable[[httpx2.Client, Any], None], jobs: list[Any], out: Any) -> None:
-    client = ep.client(8)
+def bind(client: Connections, pod: str, node: str, assignment: str = "") -> None:
+    """POST the pod's Binding to `node` (with gpufleet's assignment annotation and field manager when
+    `assignment` is given, as gpufleet sends it); anything but 201 ends the run."""
+    body: Obj = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "namespace": "default"},
+                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    url = f"/api/v1/namespaces/default/pods/{pod}/binding"
+    if assignment:
+        body["metadata"]["annotations"] = {ann.ASSIGNMENT_ANNOTATION: assignment}
+        url += "?fieldManager=gpufleet-scheduler"
+    status, text = client.post(url, json.dumps(body).encode())
+    if status != 201:
+        raise SystemExit(f"bind {pod}: {status} {text[:200]!r}")
+
+
+def _worker(ep: Endpoint, write: Callable[[Any, Any], None], jobs: list[Any], out: Any,
+            client_for: Callable[[Endpoint], Any]) -> None:
+    client = client_for(ep)
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda job: write(client, job), jobs))
-    client.close()
     out.put(time.monotonic())
 
 
-def as_fast_as_possible(ep: Endpoint, write: Callable[[httpx2.Client, Any], None], jobs: list[Any],
-                        processes: int = 4) -> float:
+def httpx_client(ep: Endpoint) -> httpx2.Client:
+    return ep.client(8)
+
+
+def as_fast_as_possible(ep: Endpoint, write: Callable[[Any, Any], None], jobs: list[Any],
+                        processes: int = 4, client_for: Callable[[Endpoint], Any] = httpx_client) -> float:
     """Seconds for `processes` processes of 8 threads each to `write` every job (the raw limits:
     what the API server takes with no scheduler deciding). `write` is a module-level function."""
     done: multiprocessing.Queue[float] = multiprocessing.Queue()
-    workers = [multiprocessing.Process(target=_worker, args=(ep, write, jobs[k::processes], done))
+    workers = [multiprocessing.Process(target=_worker, args=(ep, write, jobs[k::processes], done, client_for))
                for k in range(processes)]
     start = time.monotonic()
     for w in workers:
@@ -367,27 +413,47 @@ def as_fast_as_possible(ep: Endpoint, write: Callable[[httpx2.Client, Any], None
     return max(ends) - start
 
 
-def _bind_job(client: httpx2.Client, job: tuple[str, str]) -> None:
+def _bind_job(client: Connections, job: tuple[str, str, str]) -> None:
     bind(client, *job)
 
 
-def raw_run(n_nodes: int, n_pods: int, tmp: Path) -> Obj:
-    c, ep = fresh_cluster(tmp, f"raw-{n_nodes}", n_nodes)
+def raw_run(n_nodes: int, n_pods: int, tmp: Path, *, as_scheduler: bool = False) -> Obj:
+    """The raw loop as the cluster admin, plain Bindings; or (`as_scheduler`) as gpufleet's
+    ServiceAccount under deploy/'s RBAC, each Binding with the assignment annotation gpufleet would
+    write: the same requests a scheduler that decided in no time would send."""
+    name = "raw-as-scheduler" if as_scheduler else "raw"
+    c, ep = fresh_cluster(tmp, f"{name}-{n_nodes}", n_nodes)
     try:
         work = pods(n_pods, "nobody")
         create_all(ep, work, "/api/v1/namespaces/default/pods")
-        free = [8] * n_nodes
-        jobs: list[tuple[str, str]] = []
+        node_objs = nodes(n_nodes)
+        free: list[list[int]] = [list(range(8)) for _ in range(n_nodes)]
+        jobs: list[tuple[str, str, str]] = []
         for p in work:  # first fit in creation order, chosen before the clock starts
             g = int(p["spec"]["containers"][0]["resources"]["limits"][ann.GPU_RESOURCE])
             for i, f in enumerate(free):
-                if f >= g:
-                    free[i] -= g
-                    jobs.append((p["metadata"]["name"], f"gpu-{i:05d}"))
+                if len(f) >= g:
+                    gpus, free[i] = tuple(f[:g]), f[g:]
+                    text = ""
+                    if as_scheduler:
+                        info = translate.node_info(node_objs[i])
+                        text = ann.encode_assignment(translate.assignment(
+                            Placement(PodUid(p["metadata"]["name"]), info.name, 1000, 4096, gpus, 1000, 81920), info))
+                    jobs.append((p["metadata"]["name"], f"gpu-{i:05d}", text))
                     break
-        seconds = as_fast_as_possible(ep, _bind_job, jobs)
-        return {"scheduler": "raw", "mode": "batch", "nodes": n_nodes, "pods": len(jobs),
-                "binds_per_s": round(len(jobs) / seconds, 1)}
+        binder = Endpoint(c.url, c.service_account_token("gpufleet-system", "gpufleet-scheduler"), ep.ca) \
+            if as_scheduler else ep
+        watcher = Watcher(ep)  # watching as in the scheduler runs: the same load on the server
+        try:
+            seconds = as_fast_as_possible(binder, _bind_job, jobs, client_for=Connections)
+            watcher.wait(len(jobs), timeout_s=120, what="raw")
+        finally:
+            watcher.stop()
+        times = sorted(watcher.bound.values())
+        return {"scheduler": name, "mode": "batch", "nodes": n_nodes, "pods": len(jobs),
+                "binds_per_s": round((len(times) - 1) / (times[-1] - times[0]), 1),
+                "binds_per_s_by_second": by_second(times),
+                "loop_binds_per_s": round(len(jobs) / seconds, 1)}
     finally:
         c.stop()
 
@@ -400,9 +466,11 @@ def main() -> int:
                         help="pods created per second in the rate runs (default 50: what both schedulers sustain here)")
     parser.add_argument("--rate-pods", type=int, default=3000, help="pods created in each rate run (default 3000)")
     parser.add_argument("--budgets", default="unthrottled,throttled")
-    parser.add_argument("--schedulers", default="raw,kube-scheduler,gpufleet")
+    parser.add_argument("--schedulers", default="raw,raw-as-scheduler,kube-scheduler,gpufleet")
     parser.add_argument("--modes", default="batch,rate")
     parser.add_argument("--profile", default="default", help="gpufleet's profile: a shipped name or a YAML file")
+    parser.add_argument("--gpufleet-args", default="",
+                        help="more flags for `gpufleet scheduler`, space-separated (e.g. \"--workers 32\")")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     profile = Path(args.profile) if args.profile.endswith((".yaml", ".yml")) else PROFILES / f"{args.profile}.yaml"
@@ -415,8 +483,8 @@ def main() -> int:
         tmp = Path(d)
         for n_nodes in (int(x) for x in args.nodes.split(",")):
             for which in args.schedulers.split(","):
-                if which == "raw":
-                    runs.append(raw_run(n_nodes, args.pods, tmp))
+                if which in ("raw", "raw-as-scheduler"):
+                    runs.append(raw_run(n_nodes, args.pods, tmp, as_scheduler=which == "raw-as-scheduler"))
                     print(_line(runs[-1]), flush=True)
                     continue
                 for budget in args.budgets.split(","):
@@ -424,7 +492,7 @@ def main() -> int:
                         (tmp / f"{which}-{mode}-{n_nodes}-{'q' if budgets[budget] else 'u'}").mkdir()
                         n_pods = args.rate_pods if mode == "rate" else args.pods
                         runs.append(scheduler_run(which, mode, n_nodes, n_pods, budgets[budget], args.rate, tmp,
-                                                  profile))
+                                                  profile, args.gpufleet_args.split() if which == "gpufleet" else []))
                         print(_line(runs[-1]), flush=True)
         c_versions = read_versions().as_dict()
     result: Obj = {"machine": f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
@@ -447,9 +515,11 @@ def headline(runs: list[Obj], nodes: int) -> Obj:
     def find(s: str, mode: str) -> Obj:
         return next((r for r in runs if r["scheduler"] == s and r["mode"] == mode and r["nodes"] == nodes
                      and r.get("budget", "unthrottled") == "unthrottled"), {})
+    raw_sa = find("raw-as-scheduler", "batch")
     raw, gb, kb, gr, kr = find("raw", "batch"), find("gpufleet", "batch"), find("kube-scheduler", "batch"), \
         find("gpufleet", "rate"), find("kube-scheduler", "rate")
     return {"nodes": nodes, "raw_binds_per_s": raw.get("binds_per_s"),
+            "raw_as_scheduler_binds_per_s": raw_sa.get("binds_per_s"),
             "gpufleet_binds_per_s": gb.get("binds_per_s"), "kube_scheduler_binds_per_s": kb.get("binds_per_s"),
             "gpufleet_p99_ms": gr.get("p99_ms"), "kube_scheduler_p99_ms": kr.get("p99_ms"),
             "gpufleet_whole_nodes_free": gb.get("whole_nodes_free"),
