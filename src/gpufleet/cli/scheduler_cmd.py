@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import io
 import math
 import logging
 import os
@@ -196,8 +197,17 @@ def _connect(kubeconfig: Path | None, timeout_s: float = 10.0) -> Rest:
         raise UsageError(f"cannot load a certificate: {exc.strerror or exc}") from None
 
 
+def _enable_faulthandler() -> None:
+    """A crash in native code (OpenSSL, NumPy) leaves every thread's Python stack in the log. Not
+    where standard error is no file (the command run in-process, under a test's capture)."""
+    try:
+        faulthandler.enable()
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        pass
+
+
 def _run(args: argparse.Namespace) -> int:
-    faulthandler.enable()  # a crash in native code (OpenSSL, NumPy) leaves every thread's Python stack in the log
+    _enable_faulthandler()
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request otherwise
     profile = load_profile(args.config, args.scheduler_name)

@@ -52,7 +52,7 @@ class EventRecorder:
         self._rest, self._retrier, self.instance = rest, retrier, instance
         self._defer_to, self.max_defer_s = defer_to, max_defer_s
         """While `defer_to()` (binds waiting to be sent), an event waits, at most `max_defer_s`
-        after it was recorded: on a busy API server an event costs it as much as a bind."""
+        after it was recorded: on a busy API server each event create competes with the binds."""
         self._bucket = TokenBucket(qps, burst)
         self.limiter = PerKeyLimiter(repeat_interval_s)
         self._queue: queue.Queue[tuple[float, dict[str, Any]] | None] = queue.Queue(capacity)

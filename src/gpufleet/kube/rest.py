@@ -1,15 +1,18 @@
-"""`Rest`: raw JSON requests to the API server, on lightkube's configured HTTP client.
+"""`Rest`: raw JSON requests to the API server, with lightkube's connection settings.
 
 lightkube resolves the kubeconfig or service account (server, token, client certificates,
-CA) into an httpx client; the scheduler sends its requests on that client as plain dicts
+CA) into httpx client settings; the scheduler sends its requests with them as plain dicts
 instead of lightkube's typed models. Why: the scheduler's hot paths (a watch of every pod,
 hundreds of binds a second) only read a handful of fields, the translation to model
 objects wants the JSON anyway, and decoding every pod into a full typed model would cost
-more than the scheduling itself. Errors become lightkube's `ApiError` (with the server's
-Status) so that `errors.api_errors` translates them in one place.
+more than the scheduling itself. Watches go over httpx; every other request over
+`keepalive.KeepAlive` (`http.client`, a third of httpx's CPU per request), or over httpx too
+when a proxy from the environment applies. JSON is msgspec's. Errors become lightkube's
+`ApiError` (with the server's Status) so that `errors.api_errors` translates them in one place.
 
 Every method raises lightkube/httpx exceptions; callers wrap them in `api_errors` (usually
-through a `Retrier`). Requests on any thread: the underlying client's pool is thread-safe.
+through a `Retrier`). Requests on any thread: the connections are per thread (`KeepAlive`) or
+in httpx's thread-safe pool.
 """
 
 from __future__ import annotations
