@@ -192,3 +192,14 @@ def test_a_proxy_from_the_environment_leaves_requests_to_httpx(tmp_path: Path, m
     assert proxied._unary is None  # noqa: SLF001 - which path a request takes
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     assert rest_for(tmp_path, server.url)._unary is not None  # noqa: SLF001
+
+
+def test_a_closed_client_sends_nothing_more(tmp_path: Path, serve: Callable[[Script], Server]) -> None:
+    """Like httpx's: a send that outlives `close()` fails (EventRecorder drops that event) instead of reconnecting."""
+    server = serve(lambda r, n: reply(200))
+    client = KeepAlive(server.url, None, None)
+    assert client.request("GET", "/x", None, None).status == 200
+    client.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        client.request("GET", "/y", None, None)
+    assert len(server.seen) == 1

@@ -104,12 +104,12 @@ class KeepAlive:
 
     # -- connections ------------------------------------------------------------------------
     def _connection(self, request: _LazyRequest) -> http.client.HTTPConnection:
+        if self._closed:
+            raise RuntimeError("the client has been closed")  # as httpx says it (EventRecorder expects it)
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is not None and conn.sock is not None and _readable(conn.sock):
             conn.close()  # closed by the server while idle (or a stray byte): never reuse it
         if conn is None:
-            if self._closed:
-                raise RuntimeError("the client has been closed")
             conn = (http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout, context=self._context)
                     if self._https else http.client.HTTPConnection(self._host, self._port, timeout=self._timeout))
             self._local.conn = conn
