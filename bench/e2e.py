@@ -52,6 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 import httpx2
 import psutil
@@ -358,8 +359,8 @@ class Connections:
     def __init__(self, ep: Endpoint) -> None:
         self._ep, self._local = ep, threading.local()
         self._ctx = ssl.create_default_context(cafile=ep.ca)
-        host = ep.url.split("://", 1)[1]
-        self._host, self._port = host.rsplit(":", 1)[0], int(host.rsplit(":", 1)[1])
+        url = urlsplit(ep.url)
+        self._host, self._port = url.hostname or "127.0.0.1", url.port or 443
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         conn = getattr(self._local, "conn", None)

@@ -503,9 +503,6 @@ class SchedulerService:
             return typical_tasks_of(shapes)
         return self._profiles.get_for(mix)
 
-    def _bound_specs(self) -> list[PodSpec]:
-        return self.cache.bound_specs()
-
     # -- status of groups and gauges --------------------------------------------------------
     def _groups(self) -> None:
         """PodGroup status as scheduler-plugins writes it: phase, running, succeeded, failed."""
@@ -577,7 +574,7 @@ class SchedulerService:
         if not capacity:
             return
         self.metrics.allocation.set(snapshot.gpu_allocated_milli() / capacity)
-        tasks = typical_tasks(specs) or typical_tasks(self._bound_specs())
+        tasks = typical_tasks(specs) or typical_tasks_of(self.cache.bound_shapes())
         if tasks:
             frag = FragModel(snapshot.cluster, tasks).nodes(snapshot.usage, np.arange(snapshot.cluster.n_nodes))
             self.metrics.fragmentation.set(float(frag.sum()) / capacity)
