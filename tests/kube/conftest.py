@@ -7,8 +7,11 @@ left here needs no server, or a stand-in for replies a real server does not give
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
+
+from .scripted_server import Script, Server
 
 
 @pytest.fixture(autouse=True)
@@ -25,3 +28,16 @@ def write_kubeconfig(path: Path, server_url: str, *, context: str = "test", user
                     f"contexts:\n- name: test\n  context: {{cluster: fake{', user: tester' if user else ''}}}\n"
                     + users)
     return path
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Script], Server]]:
+    """Starts scripted servers (scripted_server.py); all stop after the test."""
+    servers: list[Server] = []
+
+    def start(script: Script) -> Server:
+        servers.append(Server(script))
+        return servers[-1]
+    yield start
+    for s in servers:
+        s.close()

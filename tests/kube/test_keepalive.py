@@ -1,17 +1,18 @@
-"""The keep-alive client of unary requests: credentials, connection reuse, and every failure
+"""The keep-alive client of requests and watches: credentials, connection reuse, and every failure
 raised as the httpx2 error of the same meaning, so `api_errors` and the binder classify it.
 
-A scripted HTTP/1.1 server on a local socket stands in for replies and failures the real
-kube-apiserver gives only under faults (tests/live/test_api_faults_live.py has the real ones)."""
+A scripted HTTP/1.1 server on a local socket (scripted_server.py) stands in for replies and
+failures the real kube-apiserver gives only under faults (tests/live/test_api_faults_live.py
+has the real ones)."""
 
 from __future__ import annotations
 
 import socket
-import socketserver
 import threading
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
+import httpx2
 import pytest
 from lightkube.config.client_adapter import BearerTokenFileAuth
 
@@ -22,67 +23,7 @@ from gpufleet.kube.keepalive import KeepAlive
 from gpufleet.kube.rest import Rest
 
 from .conftest import write_kubeconfig
-
-Seen = tuple[str, str, dict[str, str], bytes]
-"""(method, target, headers, body) of one request the server read."""
-Script = Callable[[Seen, int], bytes | None]
-"""The raw reply to a request (and the number of requests before it on any connection); None: hang up."""
-
-
-def reply(status: int, body: bytes = b"{}", *, close: bool = False, extra: str = "") -> bytes:
-    head = f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n{extra}"
-    return (head + ("Connection: close\r\n" if close else "") + "\r\n").encode() + body
-
-
-class Server:
-    def __init__(self, script: Script) -> None:
-        self.seen: list[Seen] = []
-        self.connections = 0
-        outer = self
-
-        class Handler(socketserver.StreamRequestHandler):
-            def handle(self) -> None:
-                outer.connections += 1
-                while True:
-                    line = self.rfile.readline()
-                    if not line:
-                        return
-                    method, target, _ = line.decode().split(" ", 2)
-                    headers: dict[str, str] = {}
-                    while (h := self.rfile.readline()) not in (b"\r\n", b""):
-                        k, v = h.decode().split(":", 1)
-                        headers[k.strip().lower()] = v.strip()
-                    body = self.rfile.read(int(headers.get("content-length", "0")))
-                    request = (method, target, headers, body)
-                    answer = script(request, len(outer.seen))
-                    outer.seen.append(request)
-                    if answer is None:
-                        return  # hang up without a reply
-                    self.wfile.write(answer)
-                    self.wfile.flush()
-                    if b"Connection: close" in answer:
-                        return
-
-        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Script], Server]]:
-    servers: list[Server] = []
-
-    def start(script: Script) -> Server:
-        servers.append(Server(script))
-        return servers[-1]
-    yield start
-    for s in servers:
-        s.close()
+from .scripted_server import Script, Server, chunked, reply
 
 
 def rest_for(tmp_path: Path, url: str) -> Rest:
@@ -203,3 +144,82 @@ def test_a_closed_client_sends_nothing_more(tmp_path: Path, serve: Callable[[Scr
     with pytest.raises(RuntimeError, match="closed"):
         client.request("GET", "/y", None, None)
     assert len(server.seen) == 1
+
+
+WATCH = "/api/v1/pods"
+EVENT = b'{"type":"ADDED","object":{"metadata":{"name":"p"}}}\n'
+
+
+def test_a_watch_yields_each_event_as_it_arrives_on_a_connection_of_its_own(
+        tmp_path: Path, serve: Callable[[Script], Server]) -> None:
+    server = serve(lambda r, n: chunked([EVENT], end=False) if "watch=true" in r[1] else reply(200))
+    rest = rest_for(tmp_path, server.url)
+    rest.get("/api/v1/nodes")
+    events = rest.watch(WATCH, {"resourceVersion": "7"}, timeout_s=5)
+    assert next(events)["object"]["metadata"]["name"] == "p"  # while the body goes on
+    rest.get("/api/v1/nodes")  # the same thread: its keep-alive connection, not the watch's
+    assert server.connections == 2 and len(rest._unary._streams) == 1  # type: ignore[union-attr]  # noqa: SLF001
+    method, target, headers, _ = server.seen[1]
+    assert (method, target) == ("GET", "/api/v1/pods?resourceVersion=7&watch=true&allowWatchBookmarks=true")
+    assert headers["authorization"] == "Bearer secret"
+    events.close()  # the informer stops
+    assert rest._unary._streams == []  # type: ignore[union-attr]  # noqa: SLF001 - its connection closed
+
+
+def test_a_watch_answered_with_an_error_status_raises_the_servers_status(
+        tmp_path: Path, serve: Callable[[Script], Server]) -> None:
+    gone = b'{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version: 7"}'
+    server = serve(lambda r, n: reply(410, gone))
+    rest = rest_for(tmp_path, server.url)
+    with pytest.raises(TemporaryError) as caught:
+        with api_errors("watch pods"):
+            list(rest.watch(WATCH, {"resourceVersion": "7"}, timeout_s=5))
+    assert caught.value.kind == "HTTP 410" and "too old resource version" in str(caught.value)
+
+
+def test_a_watch_cut_mid_body_is_a_protocol_error_and_one_that_ends_cleanly_just_ends(
+        tmp_path: Path, serve: Callable[[Script], Server]) -> None:
+    cut_short = chunked([EVENT], end=False).replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1) + b"2"
+    cut = serve(lambda r, n: cut_short)  # the server hangs up after a piece of a chunk size
+    assert kind_of(lambda: list(rest_for(tmp_path, cut.url).watch(WATCH, {}, timeout_s=5))) == "RemoteProtocolError"
+    ended = serve(lambda r, n: chunked([EVENT, EVENT]))
+    assert len(list(rest_for(tmp_path, ended.url).watch(WATCH, {}, timeout_s=5))) == 2
+
+
+def test_a_silent_watch_ends_with_a_read_timeout(tmp_path: Path, serve: Callable[[Script], Server]) -> None:
+    server = serve(lambda r, n: chunked([], end=False))
+    assert kind_of(lambda: list(rest_for(tmp_path, server.url).watch(WATCH, {}, timeout_s=0.3))) == "ReadTimeout"
+
+
+def test_closing_the_client_ends_a_blocked_watch(tmp_path: Path, serve: Callable[[Script], Server]) -> None:
+    server = serve(lambda r, n: chunked([EVENT], end=False))
+    rest = rest_for(tmp_path, server.url)
+    got: list[object] = []
+
+    def watch() -> None:
+        try:
+            for event in rest.watch(WATCH, {}, timeout_s=60):
+                got.append(event)
+        except Exception as exc:  # noqa: BLE001 - what ended it
+            got.append(exc)
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    while not got:
+        thread.join(0.01)
+    rest.close()
+    thread.join(10)  # far below the 60 s read timeout
+    assert not thread.is_alive() and len(got) == 2
+    assert isinstance(got[1], httpx2.RemoteProtocolError | httpx2.ReadError)
+
+
+def test_a_watch_answered_401_asks_the_credentials_again_once(tmp_path: Path,
+                                                             serve: Callable[[Script], Server]) -> None:
+    token = tmp_path / "token"
+    token.write_text("old\n")
+    server = serve(lambda r, n: chunked([EVENT]) if r[2].get("authorization") == "Bearer new" else
+                   reply(401, b'{"kind":"Status","code":401,"reason":"Unauthorized"}'))
+    client = KeepAlive(server.url, None, BearerTokenFileAuth(str(token)))
+    assert [p.status for p in client.stream(WATCH, 5) if isinstance(p, tuple)] == [401]  # asked again: still old
+    token.write_text("new\n")
+    assert b"".join(p for p in client.stream(WATCH, 5) if isinstance(p, bytes)) == EVENT
+    assert [h["authorization"] for _, _, h, _ in server.seen] == ["Bearer old"] * 3 + ["Bearer new"]

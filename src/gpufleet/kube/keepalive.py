@@ -1,10 +1,12 @@
-"""`KeepAlive`: unary requests on one keep-alive HTTP/1.1 connection per thread, with `http.client`.
+"""`KeepAlive`: requests on one keep-alive HTTP/1.1 connection per thread, and watches on one
+connection each, with `http.client`.
 
 Why not httpx for these: the live scheduler sends hundreds of Binding POSTs a second from one
 Python process, whose GIL the watch of every pod shares. Measured on the 2-core development
 machine against kube-apiserver (16 threads, 3,000 binds each, docs/performance.md): httpx2 costs
 0.64-0.68 ms of CPU per bind, httpx2 over a plain `http.client` transport 0.52 ms, `http.client`
-alone 0.23-0.25 ms. Watches (long streams) stay on httpx (`rest.Rest.watch`).
+alone 0.23-0.25 ms. A watch's body (`stream`) is read with `http.client` too: reading each
+event through httpx's stream costs more than decoding it.
 
 What is kept from the httpx client it stands beside:
 - the TLS context lightkube built from the kubeconfig (CA, client certificate);
@@ -22,16 +24,18 @@ nothing unasked on HTTP/1.1) is replaced before it is used, as httpcore does.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import select
 import socket
 import ssl
 import threading
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import httpx2
 
 TIMEOUT_S = 10.0
+_PIECE = 1 << 16
 
 
 class Reply(NamedTuple):
@@ -55,6 +59,7 @@ class KeepAlive:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[http.client.HTTPConnection] = []
+        self._streams: list[http.client.HTTPConnection] = []
         self._header: str | None = None
         self._header_known = False
         self._closed = False
@@ -71,8 +76,15 @@ class KeepAlive:
         with self._lock:
             self._closed = True
             connections, self._connections = self._connections, []
+            streams = list(self._streams)
         for c in connections:
             c.close()
+        for c in streams:  # a blocked read ends at once (close alone would leave it waiting)
+            if c.sock is not None:
+                try:
+                    c.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     # -- credentials ------------------------------------------------------------------------
     def _authorization(self) -> str | None:
@@ -110,51 +122,91 @@ class KeepAlive:
         if conn is not None and conn.sock is not None and _readable(conn.sock):
             conn.close()  # closed by the server while idle (or a stray byte): never reuse it
         if conn is None:
-            conn = (http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout, context=self._context)
-                    if self._https else http.client.HTTPConnection(self._host, self._port, timeout=self._timeout))
+            conn = self._new_connection()
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
         if conn.sock is None:
-            try:
-                conn.connect()
-            except (socket.timeout, TimeoutError) as exc:
-                conn.close()
-                raise httpx2.ConnectTimeout(f"connecting to {self._host}:{self._port}: {exc}",
-                                            request=request.get()) from exc
-            except OSError as exc:  # refused, unreachable, TLS handshake failures (ssl.SSLError is an OSError)
-                conn.close()
-                raise httpx2.ConnectError(f"connecting to {self._host}:{self._port}: {exc}",
-                                          request=request.get()) from exc
+            self._connect(conn, request)
         return conn
+
+    def _new_connection(self) -> http.client.HTTPConnection:
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout, context=self._context)
+        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+
+    def _connect(self, conn: http.client.HTTPConnection, request: _LazyRequest) -> None:
+        try:
+            conn.connect()
+        except (socket.timeout, TimeoutError) as exc:
+            conn.close()
+            raise httpx2.ConnectTimeout(f"connecting to {self._host}:{self._port}: {exc}",
+                                        request=request.get()) from exc
+        except OSError as exc:  # refused, unreachable, TLS handshake failures (ssl.SSLError is an OSError)
+            conn.close()
+            raise httpx2.ConnectError(f"connecting to {self._host}:{self._port}: {exc}",
+                                      request=request.get()) from exc
 
     def _send(self, method: str, target: str, body: bytes | None, content_type: str | None) -> Reply:
         request = _LazyRequest(method, self, target)
         conn = self._connection(request)
+        sent = [False]
+        with _failures(conn, request, sent):
+            conn.request(method, self._prefix + target, body=body, headers=self._headers(content_type))
+            sent[0] = True
+            response = conn.getresponse()
+            content = response.read()
+            return Reply(response.status, response.getheaders(), content)
+        raise AssertionError("unreachable")  # _failures raises  # pragma: no cover
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": "gpufleet"}
         if (authorization := self._authorization()) is not None:
             headers["Authorization"] = authorization
         if content_type is not None:
             headers["Content-Type"] = content_type
-        sent = False
-        try:
-            conn.request(method, self._prefix + target, body=body, headers=headers)
-            sent = True
-            response = conn.getresponse()
-            content = response.read()
-            return Reply(response.status, response.getheaders(), content)
-        except (socket.timeout, TimeoutError) as exc:
-            conn.close()
-            raise (httpx2.ReadTimeout if sent else httpx2.WriteTimeout)(f"{exc or 'timed out'}",
-                                                                        request=request.get()) from exc
-        except http.client.HTTPException as exc:  # the server closed, or answered what is not HTTP
-            conn.close()
-            raise httpx2.RemoteProtocolError(f"{type(exc).__name__}: {exc or 'no detail'}", request=request.get()) from exc
-        except OSError as exc:  # resets, broken pipes
-            conn.close()
-            raise (httpx2.ReadError if sent else httpx2.WriteError)(f"{type(exc).__name__}: {exc}",
-                                                                    request=request.get()) from exc
+        return headers
 
+    # -- streams ------------------------------------------------------------------------------
+    def stream(self, target: str, read_timeout_s: float) -> Iterator[bytes | Reply]:
+        """A GET whose body is read as it arrives (a watch), on a connection of its own.
+
+        Yields the body's pieces as the server sends them; when the server answers 400 or more
+        (after one retry of a 401 with the credentials asked again), yields only that `Reply`.
+        `read_timeout_s` bounds each wait for more. The connection is closed when the iterator
+        ends or is closed, and by `close()` (which ends a blocked read at once).
+        """
+        for attempt in (0, 1):
+            request = _LazyRequest("GET", self, target)
+            conn = self._new_connection()
+            try:
+                self._connect(conn, request)
+                with self._lock:
+                    if self._closed:
+                        raise RuntimeError("the client has been closed")
+                    self._streams.append(conn)
+                sent = [False]
+                with _failures(conn, request, sent):
+                    conn.request("GET", self._prefix + target, headers=self._headers(None))
+                    sent[0] = True
+                    if conn.sock is not None:
+                        conn.sock.settimeout(read_timeout_s)
+                    response = conn.getresponse()
+                    if response.status >= 400:
+                        reply = Reply(response.status, response.getheaders(), response.read())
+                        if response.status == 401 and self._auth is not None and attempt == 0:
+                            self._refresh_header()
+                            continue
+                        yield reply
+                        return
+                    while piece := response.read1(_PIECE):
+                        yield piece
+                    return
+            finally:
+                with self._lock:
+                    if conn in self._streams:
+                        self._streams.remove(conn)
+                conn.close()
 
 class _LazyRequest:
     """The httpx2 request an exception carries, built only when one is raised."""
@@ -167,6 +219,25 @@ class _LazyRequest:
         if self._request is None:
             self._request = httpx2.Request(*self._args)
         return self._request
+
+
+@contextlib.contextmanager
+def _failures(conn: http.client.HTTPConnection, request: _LazyRequest, sent: list[bool]) -> Iterator[None]:
+    """`http.client`'s and the socket's failures as the httpx2 exceptions of the same meaning
+    (`sent[0]`: whether the request went out); the connection is closed after any of them."""
+    try:
+        yield
+    except (socket.timeout, TimeoutError) as exc:
+        conn.close()
+        raise (httpx2.ReadTimeout if sent[0] else httpx2.WriteTimeout)(f"{exc or 'timed out'}",
+                                                                       request=request.get()) from exc
+    except http.client.HTTPException as exc:  # the server closed, or answered what is not HTTP
+        conn.close()
+        raise httpx2.RemoteProtocolError(f"{type(exc).__name__}: {exc or 'no detail'}", request=request.get()) from exc
+    except OSError as exc:  # resets, broken pipes
+        conn.close()
+        raise (httpx2.ReadError if sent[0] else httpx2.WriteError)(f"{type(exc).__name__}: {exc}",
+                                                                   request=request.get()) from exc
 
 
 def _readable(sock: socket.socket) -> bool:

@@ -5,9 +5,9 @@ CA) into httpx client settings; the scheduler sends its requests with them as pl
 instead of lightkube's typed models. Why: the scheduler's hot paths (a watch of every pod,
 hundreds of binds a second) only read a handful of fields, the translation to model
 objects wants the JSON anyway, and decoding every pod into a full typed model would cost
-more than the scheduling itself. Watches go over httpx; every other request over
-`keepalive.KeepAlive` (`http.client`, a third of httpx's CPU per request), or over httpx too
-when a proxy from the environment applies. JSON is msgspec's. Errors become lightkube's
+more than the scheduling itself. Requests and watches go over `keepalive.KeepAlive`
+(`http.client`, a third of httpx's CPU per request), or over httpx when a proxy from the
+environment applies. JSON is msgspec's. Errors become lightkube's
 `ApiError` (with the server's Status) so that `errors.api_errors` translates them in one place.
 
 Every method raises lightkube/httpx exceptions; callers wrap them in `api_errors` (usually
@@ -27,7 +27,7 @@ from lightkube.config import client_adapter
 from lightkube.core.exceptions import ApiError
 
 from gpufleet.kube.config import SCHEDULER_FIELD_MANAGER, ApiConfig
-from gpufleet.kube.keepalive import KeepAlive
+from gpufleet.kube.keepalive import KeepAlive, Reply
 
 Obj = dict[str, Any]
 MERGE = "application/merge-patch+json"
@@ -114,20 +114,38 @@ class Rest:
         """
         query = dict(params)
         query.update({"watch": "true", "allowWatchBookmarks": "true"})
+        if self._unary is not None:
+            yield from _events(_body(self._unary, f"{url}?{urlencode(query)}", timeout_s))
+            return
         timeout = httpx2.Timeout(10.0, read=timeout_s)
         with self._http.stream("GET", url, params=query, timeout=timeout) as resp:
             if resp.status_code >= 400:
                 resp.read()
                 _raise_for_status(resp)
-            tail = b""
-            for chunk in resp.iter_bytes():
-                *lines, tail = (tail + chunk).split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        event: Obj = _decode(line)
-                        yield event
-            if tail.strip():
-                yield _decode(tail)
+            yield from _events(resp.iter_bytes())
+
+
+def _body(client: KeepAlive, target: str, timeout_s: float) -> Iterator[bytes]:
+    """The body of a streamed GET; an error status raised as `_raise_for_status` does."""
+    for piece in client.stream(target, timeout_s):
+        if isinstance(piece, Reply):
+            _raise_for_status(httpx2.Response(piece.status, headers=piece.headers, content=piece.content,
+                                              request=httpx2.Request("GET", client.base_url + target)))
+            return
+        yield piece
+
+
+def _events(pieces: Iterator[bytes]) -> Iterator[Obj]:
+    """One decoded object per line of a watch body (the server ends each event with a newline)."""
+    tail = b""
+    for piece in pieces:
+        *lines, tail = (tail + piece).split(b"\n")
+        for line in lines:
+            if line.strip():
+                event: Obj = _decode(line)
+                yield event
+    if tail.strip():
+        yield _decode(tail)
 
 
 _encode = msgspec.json.Encoder().encode
