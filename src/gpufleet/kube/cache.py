@@ -99,6 +99,8 @@ class _Assumed:
     seen: float
     expires: float | None = None
     """None while the bind is in flight; set when the bind call returned."""
+    spec: PodSpec | None = None
+    """`obj` translated (the echo of the bind reuses it when nothing else changed)."""
 
 
 class SchedulerCache:
@@ -196,6 +198,10 @@ class SchedulerCache:
         A bound pod turning Running, or our own condition on a pending pod echoing back, does not."""
         key = translate.key_of(obj)
         with self._cond:
+            held = self._bound.get(key)
+            if held is not None and not translate.is_terminal(obj) and translate.same_placement(held.obj, obj):
+                held.obj = obj  # a bound pod's status update: it holds what it held
+                return
             before = self._pending.pop(key, None)
             seen = before.seen if before is not None else self._seen(obj, listed)
             held = self._pop_bound(key)
@@ -210,14 +216,25 @@ class SchedulerCache:
             elif translate.node_name(obj):
                 # Bound, and holding its devices until it is gone: a terminating pod (an
                 # evicted victim in its grace period) still runs.
-                now_held = self._make_bound(key, obj, self._lenient_spec(obj))
+                assumed = self._assumed.get(key)
+                if held is not None and translate.same_pod_spec(held.obj, obj):
+                    spec = held.spec
+                elif assumed is not None and assumed.spec is not None and \
+                        translate.same_pod_spec(assumed.obj, obj, bound_since=True):
+                    spec = assumed.spec  # the echo of our bind: the pod as it was scheduled
+                else:
+                    spec = self._lenient_spec(obj)
+                now_held = self._make_bound(key, obj, spec)
                 self._set_bound(key, now_held)
                 echo = self._pop_assumed(key)  # the echo: the bound pod's own placement takes over
                 # The echo of our own bind, holding what was assumed, changes no decision.
                 before_held = held.placement if held is not None else echo.placement if echo is not None else None
                 relevant = before_held is None or not _same_holding(before_held, now_held.placement)
             elif key in self._assumed:
-                self._assumed[key].obj = obj  # still binding: not offered to another cycle
+                a = self._assumed[key]  # still binding: not offered to another cycle
+                if a.spec is not None and not translate.same_pod_spec(a.obj, obj):
+                    a.spec = None  # what was scheduled is not what the echo will show
+                a.obj = obj
                 relevant = False
             elif m.get("deletionTimestamp"):
                 pass  # being deleted before it was bound: nothing to schedule
@@ -425,7 +442,8 @@ class SchedulerCache:
         with self._cond:
             pending = self._pending.pop(key, None)
             obj = pending.obj if pending is not None else {}
-            self._assumed[key] = _Assumed(placement, obj, pending.seen if pending is not None else self._clock())
+            self._assumed[key] = _Assumed(placement, obj, pending.seen if pending is not None else self._clock(),
+                                          spec=pending.spec if pending is not None else None)
             self._dirty.add(key)
             self._changed()
 
@@ -539,7 +557,9 @@ class SchedulerCache:
                 uid = c.by_key.get(key)
                 old = c.placements.get(uid) if uid is not None else None
                 new = self._bound_placement(key, claims) or self._assumed_placement(key)
-                if old != new:
+                if old is not None and new is not None and old.pod == new.pod and _same_holding(old, new):
+                    c.placements[old.pod] = new  # the start time set (the echo, the pod running): usage stands
+                elif old != new:
                     changes.append((key, old, new))
             for key, old, _ in changes:
                 if old is not None:
@@ -631,7 +651,7 @@ def _same_holding(a: Placement | None, b: Placement | None) -> bool:
     """The same devices and resources (the start time, set when the pod starts, aside)."""
     if a is None or b is None:
         return a is b
-    return dataclasses.replace(a, started_s=0.0) == dataclasses.replace(b, started_s=0.0)
+    return a.started_s == b.started_s and a == b or dataclasses.replace(a, started_s=b.started_s) == b
 
 
 def _claim_devices(cluster: Cluster, usage: Usage, p: Placement, spec: PodSpec) -> Placement:

@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Mapping, TypeVar
+from typing import Any, Collection, Mapping, TypeVar
 
 from gpufleet.model import (GPU_MILLI, GPU_PRODUCT_LABEL, Gpu, GpuRequest, GpuUuid, ModelError, NodeInfo,
                             NodeName, NodeSelectorRequirement, NodeSelectorTerm, Operator, Placement,
                             PodGroup, PodSpec, PodUid, Queue, Taint, TaintEffect, Toleration,
                             TolerationOperator, gpu_fraction, mig_slices, whole_gpus)
 from gpufleet.model import annotations as ann
+from gpufleet.model.assignment_auth import SIGNATURE_ANNOTATION
 from gpufleet.model import documents
 from gpufleet.model import pod as pod_model
 from gpufleet.model import queue as queues
@@ -87,6 +88,49 @@ def is_terminal(pod: Obj) -> bool:
 
 def node_name(pod: Obj) -> str:
     return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+_SPEC_METADATA = ("name", "namespace", "uid", "creationTimestamp")
+BINDING_ANNOTATIONS = frozenset({ann.ASSIGNMENT_ANNOTATION, SIGNATURE_ANNOTATION})
+"""What gpufleet's Binding writes besides `spec.nodeName` (binder.py)."""
+TOPOLOGY_PREFIX = "topology.kubernetes.io/"
+"""The node labels kube-apiserver's PodTopologyLabels admission (on by default since 1.35) copies
+onto a pod when it is bound."""
+
+
+def same_pod_spec(a: Obj, b: Obj, *, bound_since: bool = False) -> bool:
+    """Whether `pod_spec` reads the same from both pods, so gives the same answer: it reads the
+    spec, the metadata in `_SPEC_METADATA`, the labels and annotations, and
+    `status.resourceClaimStatuses` (`pod_claims`), nothing else. A bound pod's later updates (its
+    status as it starts and runs, a resourceVersion) change none of it, and translating each again
+    costs more than the watch. With `bound_since`, `b` may also differ by what binding pod `a`
+    wrote: `spec.nodeName`, gpufleet's `BINDING_ANNOTATIONS` and the node's topology labels
+    (the echo of a bind).
+    (tests/kube/test_translate.py changes every field of real pods and checks this.)"""
+    ma, mb = meta(a), meta(b)
+    sa, sb = a.get("spec") or {}, b.get("spec") or {}
+    aa, ab = ma.get("annotations") or {}, mb.get("annotations") or {}
+    la, lb = ma.get("labels") or {}, mb.get("labels") or {}
+    if bound_since:
+        sa, sb = _without(sa, ("nodeName",)), _without(sb, ("nodeName",))
+        aa, ab = _without(aa, BINDING_ANNOTATIONS), _without(ab, BINDING_ANNOTATIONS)
+        la, lb = _without_topology(la), _without_topology(lb)
+    return (sa == sb and aa == ab and la == lb and all(ma.get(k) == mb.get(k) for k in _SPEC_METADATA)
+            and (a.get("status") or {}).get("resourceClaimStatuses") == (b.get("status") or {}).get("resourceClaimStatuses"))
+
+
+def _without(d: Mapping[str, Any], keys: Collection[str]) -> Mapping[str, Any]:
+    return {k: v for k, v in d.items() if k not in keys} if any(k in d for k in keys) else d
+
+
+def _without_topology(labels: Mapping[str, Any]) -> Mapping[str, Any]:
+    return {k: v for k, v in labels.items() if not k.startswith(TOPOLOGY_PREFIX)}
+
+
+def same_placement(a: Obj, b: Obj) -> bool:
+    """Whether `placement` (on the same node, with the same PodSpec) reads the same from both
+    pods: what `same_pod_spec` compares, and `status.startTime`."""
+    return same_pod_spec(a, b) and (a.get("status") or {}).get("startTime") == (b.get("status") or {}).get("startTime")
 
 
 def pod_spec(pod: Obj) -> PodSpec:
@@ -253,10 +297,11 @@ E = TypeVar("E", bound=Enum)
 def _enum(kind: type[E], value: object, where: str) -> E:
     """`kind(value)`, or a ModelError naming the field (the API server validates these for
     built-in objects, but a dump or a future API version may still hold another value)."""
-    for member in kind:
-        if member.value == value:
-            return member
-    raise ModelError(where, f"unknown value {value!r}; expected one of {', '.join(str(m.value) for m in kind)}")
+    try:
+        return kind(value)  # a dict lookup (iterating the members costs more than the rest of pod_spec)
+    except (ValueError, TypeError):  # TypeError: an unhashable value, a list or an object
+        raise ModelError(where, f"unknown value {value!r}; expected one of {', '.join(str(m.value) for m in kind)}") \
+            from None
 
 
 # -- nodes --------------------------------------------------------------------------------

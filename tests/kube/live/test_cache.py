@@ -115,6 +115,24 @@ def test_an_update_while_binding_does_not_offer_the_pod_again() -> None:
     assert cache.pending() == [] and cache.assumed_count() == 1
 
 
+def test_the_echo_of_a_bind_holds_the_pod_as_it_is_then() -> None:
+    """The echo reuses the spec translated when the pod was scheduled, unless the pod changed since
+    (here its queue, while the bind was in flight): then it is translated again."""
+    decided = Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920)
+    for relabel in (False, True):
+        cache = SchedulerCache()
+        cache.upsert_node(gpu_node())
+        cache.upsert_pod(pod("a", limits={"nvidia.com/gpu": 1}))
+        cache.assume("ns/a", decided)
+        p = pod("a", limits={"nvidia.com/gpu": 1})
+        if relabel:
+            p["metadata"]["labels"] = {"gpufleet.io/queue": "team-b"}
+            cache.upsert_pod(p)
+        cache.upsert_pod(bound(p, decided, gpu_node()))
+        assert [s.queue for s in cache.bound_specs()] == ["team-b" if relabel else "default"]
+        assert cache.snapshot().placements[PodUid("uid-a")].queue == ("team-b" if relabel else "default")
+
+
 def test_restart_rebuilds_devices_from_annotations() -> None:
     n = gpu_node()
     pods = [bound(pod("a", limits={"nvidia.com/gpu": 1}), Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920), n),
@@ -216,11 +234,12 @@ SNAPSHOT_FIELDS = ("free_cpu", "free_mem", "free_pods", "gpu_used_milli", "gpu_u
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["bind", "assume", "forget", "delete", "run", "overcommit", "relabel"]),
+@given(st.lists(st.tuples(st.sampled_from(["bind", "assume", "forget", "delete", "run", "status", "overcommit",
+                                           "relabel"]),
                           st.integers(0, 5), st.integers(0, 1), st.integers(0, 1), st.booleans()), max_size=25))
 def test_the_kept_usage_is_always_what_a_rebuild_gives(steps: list[tuple[str, int, int, int, bool]]) -> None:
     """Snapshots bring the usage they keep up to date with what changed; after any sequence of
-    binds, assumptions, forgets, deletions, pods starting, overcommitting assignments and nodes
+    binds, assumptions, forgets, deletions, pods starting, status updates, overcommitting assignments and nodes
     changing, taken by snapshots after some steps and not others, it equals the usage rebuilt
     from scratch, and so do the counted placements. The bound pods' counts per shape (the typical-task mix) are
     always those of the bound pods."""
@@ -234,13 +253,16 @@ def test_the_kept_usage_is_always_what_a_rebuild_gives(steps: list[tuple[str, in
         placement = Placement(PodUid(f"uid-{name}"), NodeName(n["metadata"]["name"]), 1000 * cpus, 1024, (gpu,), 1000,
                               81920)
         requests = {"cpu": str(cpus), "memory": "1Gi"}
-        if action in ("bind", "run", "overcommit"):
+        if action in ("bind", "run", "status", "overcommit"):
             p = bound(pod(name, limits={"nvidia.com/gpu": 1}, requests=requests), placement, n)
             if action == "overcommit":  # another pod's devices: refused and logged, never counted twice
                 placement = dataclasses.replace(placement, gpus=(1 - gpu,))
                 p = bound(pod(name, limits={"nvidia.com/gpu": 1}, requests=requests), placement, n)
-            if action == "run":
+            if action in ("run", "status"):
                 p["status"]["startTime"] = "2026-01-01T00:01:00Z"
+            if action == "status":  # after "run": an update that changes nothing the pod holds
+                p["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+                p["metadata"]["resourceVersion"] = str(len(steps))
             cache.upsert_pod(p)
         elif action == "assume":
             cache.upsert_pod(pod(name, limits={"nvidia.com/gpu": 1}))
