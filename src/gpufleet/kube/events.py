@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 from gpufleet.kube.errors import KubeError, TemporaryError, api_errors
 from gpufleet.kube.leader import micro_time
@@ -45,6 +45,15 @@ def event_body(pod: Mapping[str, Any], *, reason: str, note: str, type_: str, ac
                           "namespace": m.get("namespace") or "default", "uid": m.get("uid")}}
 
 
+class _Event(NamedTuple):
+    pod: Mapping[str, Any]
+    reason: str
+    note: str
+    type_: str
+    action: str
+    now: float
+
+
 class EventRecorder:
     def __init__(self, rest: Rest, retrier: Retrier, instance: str, *, qps: float = 50.0, burst: int = 100,
                  repeat_interval_s: float = 60.0, workers: int = 2, capacity: int = 10_000,
@@ -55,7 +64,7 @@ class EventRecorder:
         after it was recorded: on a busy API server each event create competes with the binds."""
         self._bucket = TokenBucket(qps, burst)
         self.limiter = PerKeyLimiter(repeat_interval_s)
-        self._queue: queue.Queue[tuple[float, dict[str, Any]] | None] = queue.Queue(capacity)
+        self._queue: queue.Queue[tuple[float, _Event] | None] = queue.Queue(capacity)
         self.dropped = 0
         self.sent = 0
         self._recent: deque[tuple[float, str, str, str]] = deque(maxlen=200)
@@ -72,14 +81,13 @@ class EventRecorder:
         if limit_key is not None and not self.limiter.allow(limit_key, note):
             return False
         now = time.time()
-        body = event_body(pod, reason=reason, note=note, type_="Warning" if warning else "Normal", action=action,
-                          instance=self.instance, now=now)
+        type_ = "Warning" if warning else "Normal"
         if reason not in ROUTINE:
-            regarding = body["regarding"]
-            self._recent.append((now, reason, f"{regarding['namespace']}/{regarding['name']}", note))
+            m = pod.get("metadata") or {}
+            self._recent.append((now, reason, f"{m.get('namespace') or 'default'}/{m.get('name')}", note))
             self.recorded += 1
-        try:
-            self._queue.put_nowait((time.monotonic(), body))
+        try:  # the body is built when it is sent: hundreds of binds a second each record one
+            self._queue.put_nowait((time.monotonic(), _Event(pod, reason, note, type_, action, now)))
             return True
         except queue.Full:
             self.dropped += 1
@@ -94,10 +102,12 @@ class EventRecorder:
             item = self._queue.get()
             if item is None:
                 return
-            recorded, body = item
+            recorded, event = item
             while self._defer_to is not None and not self._closing and self._defer_to() \
                     and time.monotonic() < recorded + self.max_defer_s:
                 time.sleep(0.02)
+            body = event_body(event.pod, reason=event.reason, note=event.note, type_=event.type_,
+                              action=event.action, instance=self.instance, now=event.now)
             ns = body["metadata"]["namespace"]
             self._bucket.acquire()
             try:
