@@ -204,8 +204,11 @@ def test_closing_the_client_ends_a_blocked_watch(tmp_path: Path, serve: Callable
             got.append(exc)
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
-    while not got:
+    for _ in range(1000):
+        if got:
+            break
         thread.join(0.01)
+    assert got, "the first event never arrived"
     rest.close()
     thread.join(10)  # far below the 60 s read timeout
     assert not thread.is_alive() and len(got) == 2

@@ -32,11 +32,11 @@ from gpufleet.model import (GPU_MILLI, GPU_PRODUCT_LABEL, Gpu, GpuRequest, GpuUu
                             PodGroup, PodSpec, PodUid, Queue, Taint, TaintEffect, Toleration,
                             TolerationOperator, gpu_fraction, mig_slices, whole_gpus)
 from gpufleet.model import annotations as ann
-from gpufleet.model.assignment_auth import SIGNATURE_ANNOTATION
 from gpufleet.model import documents
 from gpufleet.model import pod as pod_model
 from gpufleet.model import queue as queues
 from gpufleet.model import units
+from gpufleet.model.assignment_auth import SIGNATURE_ANNOTATION
 from gpufleet.model.pod import NO_GPU
 
 Obj = Mapping[str, Any]
@@ -115,8 +115,10 @@ def same_pod_spec(a: Obj, b: Obj, *, bound_since: bool = False) -> bool:
         sa, sb = _without(sa, ("nodeName",)), _without(sb, ("nodeName",))
         aa, ab = _without(aa, BINDING_ANNOTATIONS), _without(ab, BINDING_ANNOTATIONS)
         la, lb = _without_topology(la), _without_topology(lb)
-    return (sa == sb and aa == ab and la == lb and all(ma.get(k) == mb.get(k) for k in _SPEC_METADATA)
-            and (a.get("status") or {}).get("resourceClaimStatuses") == (b.get("status") or {}).get("resourceClaimStatuses"))
+    claims_a = (a.get("status") or {}).get("resourceClaimStatuses")
+    claims_b = (b.get("status") or {}).get("resourceClaimStatuses")
+    return sa == sb and aa == ab and la == lb and claims_a == claims_b and all(ma.get(k) == mb.get(k)
+                                                                              for k in _SPEC_METADATA)
 
 
 def _without(d: Mapping[str, Any], keys: Collection[str]) -> Mapping[str, Any]:
@@ -130,7 +132,8 @@ def _without_topology(labels: Mapping[str, Any]) -> Mapping[str, Any]:
 def same_placement(a: Obj, b: Obj) -> bool:
     """Whether `placement` (on the same node, with the same PodSpec) reads the same from both
     pods: what `same_pod_spec` compares, and `status.startTime`."""
-    return same_pod_spec(a, b) and (a.get("status") or {}).get("startTime") == (b.get("status") or {}).get("startTime")
+    return same_pod_spec(a, b) and \
+        (a.get("status") or {}).get("startTime") == (b.get("status") or {}).get("startTime")
 
 
 def pod_spec(pod: Obj) -> PodSpec:
