@@ -216,17 +216,16 @@ class SchedulerCache:
             elif translate.node_name(obj):
                 # Bound, and holding its devices until it is gone: a terminating pod (an
                 # evicted victim in its grace period) still runs.
-                assumed = self._assumed.get(key)
+                echo = self._pop_assumed(key)  # the echo: the bound pod's own placement takes over
                 if held is not None and translate.same_pod_spec(held.obj, obj):
                     spec = held.spec
-                elif assumed is not None and assumed.spec is not None and \
-                        translate.same_pod_spec(assumed.obj, obj, bound_since=True):
-                    spec = assumed.spec  # the echo of our bind: the pod as it was scheduled
+                elif echo is not None and echo.spec is not None and \
+                        translate.same_pod_spec(echo.obj, obj, bound_since=True):
+                    spec = echo.spec  # the echo of our bind: the pod as it was scheduled
                 else:
                     spec = self._lenient_spec(obj)
                 now_held = self._make_bound(key, obj, spec)
                 self._set_bound(key, now_held)
-                echo = self._pop_assumed(key)  # the echo: the bound pod's own placement takes over
                 # The echo of our own bind, holding what was assumed, changes no decision.
                 before_held = held.placement if held is not None else echo.placement if echo is not None else None
                 relevant = before_held is None or not _same_holding(before_held, now_held.placement)
@@ -557,9 +556,11 @@ class SchedulerCache:
                 uid = c.by_key.get(key)
                 old = c.placements.get(uid) if uid is not None else None
                 new = self._bound_placement(key, claims) or self._assumed_placement(key)
-                if old is not None and new is not None and old.pod == new.pod and _same_holding(old, new):
+                if old == new:
+                    continue
+                if old is not None and new is not None and _same_holding(old, new):
                     c.placements[old.pod] = new  # the start time set (the echo, the pod running): usage stands
-                elif old != new:
+                else:
                     changes.append((key, old, new))
             for key, old, _ in changes:
                 if old is not None:
@@ -651,7 +652,7 @@ def _same_holding(a: Placement | None, b: Placement | None) -> bool:
     """The same devices and resources (the start time, set when the pod starts, aside)."""
     if a is None or b is None:
         return a is b
-    return a.started_s == b.started_s and a == b or dataclasses.replace(a, started_s=b.started_s) == b
+    return dataclasses.replace(a, started_s=b.started_s) == b
 
 
 def _claim_devices(cluster: Cluster, usage: Usage, p: Placement, spec: PodSpec) -> Placement:

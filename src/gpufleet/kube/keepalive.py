@@ -155,9 +155,8 @@ class KeepAlive:
             conn.request(method, self._prefix + target, body=body, headers=self._headers(content_type))
             sent[0] = True
             response = conn.getresponse()
-            content = response.read()
-            return Reply(response.status, response.getheaders(), content)
-        raise AssertionError("unreachable")  # _failures raises  # pragma: no cover
+            reply = Reply(response.status, response.getheaders(), response.read())
+        return reply
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": "gpufleet"}
