@@ -226,6 +226,88 @@ def whole_nodes_free(ep: Endpoint) -> int:
     return sum(1 for n in node_names if n not in used)
 
 
+COMPONENTS = ("kube-apiserver", "etcd", "kube-controller-manager")
+
+
+class ServerLoad:
+    """Where the machine's CPU went while pods were bound: each control-plane component's CPU
+    seconds (and the scheduler's, once `track`ed), the machine's idle time, and the rest ("other":
+    the bench's own processes, the raw loop's included), sampled every 0.2 s and taken from the
+    last sample before the first bind the bench's watch saw to the first sample after the last,
+    per pod bound; kube-apiserver's requests by verb and resource over the whole run
+    (`apiserver_request_total`), per pod bound; and the mean time a Binding POST spent in
+    kube-apiserver's handlers (`apiserver_request_duration_seconds`). Shows where a run's binds/s
+    went: a loop with W binds in flight at R binds/s waits W/R s per bind, of which the server's
+    handlers hold `bind_handler_ms`."""
+
+    def __init__(self, c: Cluster, ep: Endpoint, scheduler: int | None = None) -> None:
+        self._ep = ep
+        self._procs = {name: psutil.Process(c.component(name).pid) for name in COMPONENTS}
+        if scheduler is not None:
+            self._procs["scheduler"] = psutil.Process(scheduler)
+        self._requests = self._requests_now()
+        self._samples = [self._sample()]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sampling, daemon=True)
+        self._thread.start()
+
+    def track(self, name: str, pid: int) -> None:
+        """Sample process `pid` too, from now on (started after this began; none of its CPU missed
+        as long as it binds nothing before the next sample)."""
+        self._procs = {**self._procs, name: psutil.Process(pid)}
+
+    def _sample(self) -> tuple[float, dict[str, float]]:
+        now = time.monotonic()
+        cpu = {"idle": psutil.cpu_times().idle, "wall": now * (os.cpu_count() or 1)}
+        for name, proc in self._procs.items():
+            try:
+                cpu[name] = sum(proc.cpu_times()[:2])
+            except psutil.Error:
+                pass
+        return now, cpu
+
+    def _sampling(self) -> None:
+        while not self._stop.wait(0.2):
+            self._samples.append(self._sample())
+
+    def _requests_now(self) -> dict[str, float]:
+        """kube-apiserver's request counts by "VERB resource subresource", and the seconds its
+        Binding POSTs took in its handlers ("binding seconds")."""
+        client = self._ep.client(1)
+        try:
+            text = client.get("/metrics").text
+        finally:
+            client.close()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            count = line.startswith("apiserver_request_total{")
+            if not (count or line.startswith("apiserver_request_duration_seconds_sum{")):
+                continue
+            labels = dict(kv.split("=", 1) for kv in line[line.index("{") + 1:line.rindex("}")].split(","))
+            what = tuple(labels[k].strip('"') for k in ("verb", "resource", "subresource"))
+            key = " ".join(x for x in what if x) if count else \
+                "binding seconds" if what == ("POST", "pods", "binding") else ""
+            if key:
+                out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+        return out
+
+    def per_bind(self, times: list[float]) -> Obj:
+        """`times`: when each pod was seen bound, sorted."""
+        self._stop.set()
+        self._thread.join()
+        self._samples.append(self._sample())
+        requests, n = self._requests_now(), max(len(times), 1)
+        first = next(cpu for t, cpu in reversed(self._samples) if t <= times[0]) if times else self._samples[0][1]
+        last = next(cpu for t, cpu in self._samples if t >= times[-1]) if times else self._samples[-1][1]
+        spent = {k: last[k] - first[k] for k in last if k in first}
+        spent["other"] = spent.pop("wall") - sum(spent.values())
+        delta = {k: v - self._requests.get(k, 0.0) for k, v in requests.items()}
+        binding = delta.pop("binding seconds", 0.0)
+        return {"cpu_ms_per_bind": {k: round(1000 * v / n, 3) for k, v in spent.items()},
+                "requests_per_bind": {k: round(v / n, 3) for k, v in sorted(delta.items()) if v >= 1},
+                "bind_handler_ms": round(1000 * binding / max(delta.get("POST pods binding", 0.0), 1), 2)}
+
+
 def untaint_nodes(ep: Endpoint, n: int) -> None:
     """kube-apiserver's TaintNodesByCondition admission taints every new node
     `node.kubernetes.io/not-ready:NoSchedule`; the node-lifecycle controller (off here) lifts it from
@@ -305,12 +387,15 @@ def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, 
         pod_path = "/api/v1/namespaces/default/pods"
         if mode == "batch":
             create_all(ep, work, pod_path)
+            load = ServerLoad(c, ep)
             started = time.monotonic()
             proc = start_scheduler(which, c, tmp / name, qps, 100, profile, extra)
+            load.track("scheduler", proc.pid)
             created: dict[str, float] = {}
         else:
             proc = start_scheduler(which, c, tmp / name, qps, 100, profile, extra)
             time.sleep(5)  # the scheduler's informers synced
+            load = ServerLoad(c, ep, scheduler=proc.pid)
             started = time.monotonic()
             created = {}
             creator = ep.client(10)
@@ -324,6 +409,7 @@ def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, 
             watcher.wait(n_pods, timeout_s=n_pods / max(qps, 20) + 600, what=name)
             time.sleep(1)
             cpu = cpu_seconds(proc)
+            server = load.per_bind(sorted(watcher.bound.values()))
         finally:
             proc.terminate()
             proc.wait(30)
@@ -334,10 +420,9 @@ def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, 
         result: Obj = {"scheduler": which, "mode": mode, "nodes": n_nodes, "pods": n_pods,
                        "budget": f"{qps:g} QPS" if qps else "unthrottled", "bound": len(times),
                        "binds_per_s": round((len(times) - 1) / (times[-1] - times[0]), 1),
-                "binds_per_s_by_second": by_second(times),
                        "binds_per_s_by_second": by_second(times),
                        "wall_s": round(times[-1] - started, 1), "cpu_s": round(cpu, 1),
-                       "watch_resumed": watcher.resumed}
+                       "watch_resumed": watcher.resumed, **server}
         if mode == "batch":
             result["whole_nodes_free"] = whole_nodes_free(ep)
         else:
@@ -446,15 +531,18 @@ def raw_run(n_nodes: int, n_pods: int, tmp: Path, *, as_scheduler: bool = False)
             if as_scheduler else ep
         watcher = Watcher(ep)  # watching as in the scheduler runs: the same load on the server
         try:
+            load = ServerLoad(c, ep)
             seconds = as_fast_as_possible(binder, _bind_job, jobs, client_for=Connections)
             watcher.wait(len(jobs), timeout_s=120, what="raw")
+            time.sleep(1)
+            server = load.per_bind(sorted(watcher.bound.values()))
         finally:
             watcher.stop()
         times = sorted(watcher.bound.values())
         return {"scheduler": name, "mode": "batch", "nodes": n_nodes, "pods": len(jobs),
                 "binds_per_s": round((len(times) - 1) / (times[-1] - times[0]), 1),
                 "binds_per_s_by_second": by_second(times),
-                "loop_binds_per_s": round(len(jobs) / seconds, 1)}
+                "loop_binds_per_s": round(len(jobs) / seconds, 1), **server}
     finally:
         c.stop()
 
@@ -508,8 +596,12 @@ def main() -> int:
 def _line(r: Obj) -> str:
     extra = (f"whole nodes free {r['whole_nodes_free']}" if "whole_nodes_free" in r else
              f"p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms" if "p99_ms" in r else "")
+    cpu = r.get("cpu_ms_per_bind", {})
+    server = (f"; per bind: kube-apiserver {cpu.get('kube-apiserver')} ms CPU, "
+              f"its handler {r.get('bind_handler_ms')} ms") if cpu else ""
     return (f"{r['nodes']:>5} nodes {r['scheduler']:>14} {r['mode']:>5} {r.get('budget', ''):>11}: "
-            f"{r['binds_per_s']:>7} binds/s, {r.get('bound', r['pods'])} bound, cpu {r.get('cpu_s', '-')} s  {extra}")
+            f"{r['binds_per_s']:>7} binds/s, {r.get('bound', r['pods'])} bound, cpu {r.get('cpu_s', '-')} s  {extra}"
+            f"{server}")
 
 
 def headline(runs: list[Obj], nodes: int) -> Obj:
