@@ -24,7 +24,10 @@ Runs, each on its own fresh cluster:
     machine's monotonic clock);
   each both at kube-scheduler's default client budget (50 QPS, burst 100) and unthrottled.
 
-CPU seconds are each scheduler process's user + system time over its run. Prints a table;
+CPU seconds are each scheduler process's user + system time over its run. Each run also says
+where the machine's CPU went while it bound (`ServerLoad`): every component's CPU per pod bound
+over the bind window, kube-apiserver's requests per pod bound, and a Binding's mean time in its
+handlers. Prints a table;
 with --json the last line is one JSON object (the 5,000-node unthrottled figures at its top
 level when those ran, every run under "runs").
 
