@@ -44,6 +44,7 @@ import multiprocessing
 import os
 import platform
 import random
+import signal
 import ssl
 import statistics
 import subprocess
@@ -136,6 +137,9 @@ def _watch(ep: Endpoint, out: Any) -> None:
     """In a child process: put (name, time) for each pod when first seen bound. Resumes a watch that
     ends from the last resourceVersion seen, as an informer does (and relists after an ERROR event);
     each resumption is reported as ("", time)."""
+    # Forked: a SIGTERM handler the parent installed (a CLI's, run in a test process) would keep
+    # this child alive after `Watcher.stop()`, resuming against a stopped cluster.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     seen: set[str] = set()
     client = httpx2.Client(base_url=ep.url, headers={"Authorization": f"Bearer {ep.token}"}, trust_env=False,
                            verify=ssl.create_default_context(cafile=ep.ca), timeout=httpx2.Timeout(10, read=None))
@@ -168,6 +172,7 @@ def _watch(ep: Endpoint, out: Any) -> None:
                     saw(obj)
         except (httpx2.HTTPError, ValueError) as exc:
             print(f"watch: {type(exc).__name__}: {exc}; resuming", file=sys.stderr, flush=True)
+            time.sleep(0.1)  # a refused connection: not a busy loop
         out.put(("", time.monotonic()))
 
 
@@ -206,7 +211,8 @@ class Watcher:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        self._proc.terminate()
+        self._proc.kill()
+        self._proc.join(10)
 
 
 def by_second(times: list[float]) -> list[int]:
