@@ -5,10 +5,8 @@ cluster took a core for the rest of the run."""
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 import socket
-import sys
 import time
 from pathlib import Path
 from types import FrameType, ModuleType
@@ -18,17 +16,13 @@ import pytest
 
 from gpufleet.testing.cluster.pki import make_pki
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import load
+
 
 
 @pytest.fixture(scope="module")
 def e2e() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("e2e_bench_watcher", ROOT / "bench/e2e.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["e2e_bench_watcher"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load("e2e.py", "e2e_bench_watcher")
 
 
 @pytest.fixture

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections import Counter
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -16,17 +13,13 @@ from gpufleet.testing.cluster import DURATION_ANNOTATION
 from gpufleet.testing.cluster.cluster import START_DELAY_ANNOTATION
 from gpufleet.testing.gpu_nodes import gpu_nodes
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import load
+
 
 
 @pytest.fixture(scope="module")
 def soak() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("soak_bench", ROOT / "bench/soak.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["soak_bench"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load("soak.py", "soak_bench")
 
 
 def test_the_stream_has_no_pod_that_fits_nowhere_and_gangs_come_whole(soak: ModuleType) -> None:
