@@ -27,7 +27,11 @@ for: one at a time per object, and a write that a newer one for the same object 
 the queue is dropped (`_InOrder`). Without that, a slow or retried old write (a pod's
 "waiting for preempted pods" with nominatedNodeName set) could land after the newer one
 that cleared it, and stay, since the scheduler does not write a status it has already asked
-for (and Karpenter ignores a pod with a nominatedNodeName).
+for (and Karpenter ignores a pod with a nominatedNodeName). A pod's bind is ordered with its
+status writes the same way, and is never dropped: it waits for the status write in flight,
+and the ones queued before it are dropped. Otherwise a PodScheduled=False asked just before
+the bind could land after it and sit on a bound pod, or, carrying a nominatedNodeName, be
+refused (422: "may not be set on pods that are already bound to a node").
 """
 
 from __future__ import annotations
@@ -112,7 +116,11 @@ class Binder:
         inflight = self.claims.expect(p)  # before any later pod of the cycle that shares one of its claims
         with self._count:
             self._binding += 1
-        future = self._pool.submit(self._bind_with_claims, key, obj, p, node, first_seen, inflight)
+        # in order with the pod's status writes: one queued before the bind is dropped, one in flight
+        # finishes first (a PodScheduled=False landing after the bind would sit on a bound pod, and one
+        # with a nominatedNodeName is refused: 422)
+        future = self._in_order.submit(f"pod {key}", lambda: self._bind_with_claims(key, obj, p, node, first_seen,
+                                                                                  inflight), droppable=False)
         future.add_done_callback(self._dropped)
         return future
 
@@ -324,10 +332,12 @@ class Binder:
 
 
 class _InOrder:
-    """Status writes of one object land in the order they were asked for: they run one at a
-    time per object, and one that a newer write for the same object overtook in the queue is
-    dropped (its future says False). The callers write a status only when it differs from
-    the last one they asked for, so a slow or retried old write landing last would stay."""
+    """Writes of one object land in the order they were asked for: they run one at a time per
+    object, and a droppable one (a status write) that a newer write for the same object
+    overtook in the queue is dropped (its future says False). The callers write a status only
+    when it differs from the last one they asked for, so a slow or retried old write landing
+    last would stay. A write that is not droppable (a pod's bind) always runs, after the
+    object's write in flight; the status writes queued before it are dropped."""
 
     def __init__(self, pool: ThreadPoolExecutor) -> None:
         self._pool = pool
@@ -337,22 +347,25 @@ class _InOrder:
         the lock its writes take one at a time."""
         self._count = 0
 
-    def submit(self, key: str, write: Callable[[], bool]) -> Future[bool]:
+    def submit(self, key: str, write: Callable[[], bool], *, droppable: bool = True) -> Future[bool]:
         with self._lock:
             self._count += 1
             number = self._count
             found = self._latest.get(key)
             self._latest[key] = (number, found[1] if found else threading.Lock())
-        return self._pool.submit(self._run, key, number, write)
+        return self._pool.submit(self._run, key, number, write, droppable)
 
-    def _run(self, key: str, number: int, write: Callable[[], bool]) -> bool:
+    def _run(self, key: str, number: int, write: Callable[[], bool], droppable: bool) -> bool:
         with self._lock:
             found = self._latest.get(key)
         if found is None or found[0] != number:
-            return False  # a newer write for this object was asked for: it says what is true now
+            if droppable:
+                return False  # a newer write for this object was asked for: it says what is true now
+            if found is None:
+                return write()  # a newer write overtook it and has finished
         with found[1]:
             with self._lock:
-                if self._newest(key) != number:
+                if droppable and self._newest(key) != number:
                     return False
             try:
                 return write()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -196,3 +197,62 @@ def test_the_binder_is_busy_from_a_bind_until_its_request_returned_or_failed() -
     assert future.result(30) and not binder.busy()
     binder.close()
     events.close()
+
+
+def bind_a(binder: Binder) -> Any:
+    return binder.bind("ns/a", pod("a", limits={"nvidia.com/gpu": 1}),
+                       Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920),
+                       translate.node_info(gpu_node()), 0.0)
+
+
+class OrderedRest(SlowStatusRest):
+    """SlowStatusRest that also records, in one list, the order of status PATCHes and Bindings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.order: list[str] = []
+
+    def patch(self, url: str, body: dict[str, Any], kind: Any = None) -> dict[str, Any]:
+        result = super().patch(url, body, kind)
+        self.order.append(f"status {url.split('/')[-2]}")
+        return result
+
+    def post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        if url.endswith("/binding"):
+            self.order.append(f"bind {url.split('/')[-2]}")
+        return super().post(url, body)
+
+
+def test_a_bind_waits_for_the_pods_status_write_in_flight() -> None:
+    """A PodScheduled=False (here with a nomination) landing after the bind would sit on a bound
+    pod; kube-apiserver refuses the nomination with 422."""
+    rest = OrderedRest()
+    binder, events = binder_on(rest, workers=2)
+    binder._cache.upsert_node(gpu_node())
+    binder._cache.upsert_pod(pod("a", limits={"nvidia.com/gpu": 1}))
+    status = binder.mark_unschedulable("ns/a", pod("a"), "waiting for 1 preempted pod(s) to leave node n1",
+                                       nominated="n1")
+    assert rest.started.wait(10)
+    bound = bind_a(binder)
+    time.sleep(0.3)  # a free worker: a bind not held back would be posted by now
+    rest.release.set()
+    assert status.result(10) and bound.result(10)
+    binder.close()
+    events.close()
+    assert rest.order == ["status a", "bind a"]
+
+
+def test_a_status_write_queued_before_the_pods_bind_is_dropped() -> None:
+    rest = OrderedRest()
+    binder, events = binder_on(rest, workers=1)
+    binder._cache.upsert_node(gpu_node())
+    binder._cache.upsert_pod(pod("a", limits={"nvidia.com/gpu": 1}))
+    other = binder.mark_unschedulable("ns/b", pod("b", limits={"nvidia.com/gpu": 1}), "busy")  # holds the worker
+    assert rest.started.wait(10)
+    status = binder.mark_unschedulable("ns/a", pod("a"), "0/1 nodes are available: 1 Insufficient GPU.")
+    bound = bind_a(binder)
+    rest.release.set()
+    assert other.result(10) and not status.result(10) and bound.result(10)
+    binder.close()
+    events.close()
+    assert rest.order == ["status b", "bind a"]
