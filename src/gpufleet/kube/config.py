@@ -19,9 +19,11 @@ import httpx2
 import lightkube
 import msgspec
 import yaml
+from lightkube.config import client_adapter
 from lightkube.config.models import Cluster, Context, User
 
 from gpufleet.kube.errors import KubeConfigError
+from gpufleet.kube.tls import settle
 from gpufleet.model import documents
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -91,7 +93,11 @@ def connect(config: ApiConfig, timeout_s: float = 5.0) -> lightkube.Client:
     certificate is reported here, once, rather than on every call.
     """
     try:
-        return lightkube.Client(config.single, timeout=httpx2.Timeout(timeout_s), field_manager=FIELD_MANAGER)
+        single = config.single
+        # the TLS context settled before the client's threads share it (kube/tls.py)
+        context = settle(client_adapter.verify_cluster(single.cluster, single.user or User(), single.abs_file))
+        return lightkube.Client(single, timeout=httpx2.Timeout(timeout_s), field_manager=FIELD_MANAGER,
+                                transport=httpx2.HTTPTransport(verify=context))
     except OSError as exc:  # ssl.SSLError included; its messages do not name the file
         raise KubeConfigError(f"{config.source}: cannot load a certificate ({_cert_files(config.single)}): "
                               f"{exc.strerror or exc}") from None

@@ -17,6 +17,7 @@ in httpx's thread-safe pool.
 
 from __future__ import annotations
 
+import ssl
 from typing import Any, Iterator, Mapping
 from urllib.parse import quote, urlencode, urlsplit
 from urllib.request import getproxies, proxy_bypass
@@ -28,6 +29,7 @@ from lightkube.core.exceptions import ApiError
 
 from gpufleet.kube.config import SCHEDULER_FIELD_MANAGER, ApiConfig
 from gpufleet.kube.keepalive import KeepAlive, Reply
+from gpufleet.kube.tls import settle
 
 Obj = dict[str, Any]
 MERGE = "application/merge-patch+json"
@@ -57,6 +59,8 @@ class Rest:
         params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(timeout_s))
         kwargs = params.httpx_params(config.single)
         kwargs["limits"] = httpx2.Limits(max_connections=pool, max_keepalive_connections=pool)
+        if isinstance(kwargs["verify"], ssl.SSLContext):
+            kwargs["verify"] = settle(kwargs["verify"])  # shared by httpx's threads and KeepAlive (kube/tls.py)
         self._http = httpx2.Client(**kwargs)
         self._unary = (KeepAlive(kwargs["base_url"], kwargs["verify"], kwargs["auth"], timeout_s=timeout_s)
                        if not _proxied(kwargs["base_url"]) else None)
