@@ -9,8 +9,8 @@ Three validators, each for what it can judge:
   way the API server judges it with kubectl's default `--validate=strict`: the schema
   keywords (OpenAPI 3.0, hence JSON Schema draft 4 semantics: `exclusiveMinimum` is a
   boolean), unknown fields as errors (the server prunes them and strict field validation
-  reports each), and unique keys in `x-kubernetes-list-type: map` lists. CEL rules and
-  `format` are not checked (the CRDs use neither for validation).
+  reports each), unique keys in `x-kubernetes-list-type: map` lists and unique values in
+  `set` lists. CEL rules and `format` are not checked (the CRDs use neither for validation).
 * `structural_problems`: a subset of the API server's rules for CRD schemas (structural
   schema, no `additionalProperties` beside `properties`, int-or-string shape, list-map keys
   required), which kubernetes-validate's schema for CRDs is too loose to catch.
@@ -18,6 +18,7 @@ Three validators, each for what it can judge:
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +126,10 @@ def _duplicate_map_keys(schema: Obj, value: Any, path: str) -> Iterator[str]:
                     for item in value if isinstance(item, dict)]
             for dup in sorted({k for k in keys if keys.count(k) > 1}, key=str):
                 yield f"{path}: duplicate entry for key {dup}"
+        elif schema.get("x-kubernetes-list-type") == "set":
+            items = [json.dumps(item, sort_keys=True) for item in value]
+            for dup in sorted({v for v in items if items.count(v) > 1}):
+                yield f"{path}: duplicate value {dup}"
         for i, item in enumerate(value):
             yield from _duplicate_map_keys(schema["items"], item, f"{path}[{i}]")
 

@@ -57,14 +57,15 @@ def test_queue_is_a_cluster_scoped_gpufleet_kind_with_the_model_fields(crds: lis
     assert not {"q", "queue", "queues", "pg", "cq", "lq"} & set(spec["names"]["shortNames"])
     props = schema(crds, QUEUE, "Queue")["properties"]
     # gpufleet.model.queue.Queue's fields, in the CR's spelling (gpuModels -> gpu/<model> dimensions)
-    assert set(props["spec"]["properties"]) == {"parent", "weight", "borrow", "guaranteed", "limit", "gpuModels"}
+    assert set(props["spec"]["properties"]) == {"parent", "weight", "borrow", "guaranteed", "limit", "gpuModels",
+                                                "namespaces"}
     assert set(props["spec"]["properties"]["guaranteed"]["properties"]) == {"cpu", "memory", ann.GPU_RESOURCE}
     assert set(props["status"]["properties"]) == {"allocated", "pending", "fairShare", "conditions"}
 
 
 VALID_QUEUE: Obj = {
     "apiVersion": QUEUE, "kind": "Queue", "metadata": {"name": "team-a", "labels": {"x": "y"}},
-    "spec": {"parent": "org", "weight": 1.5, "borrow": False,
+    "spec": {"parent": "org", "weight": 1.5, "borrow": False, "namespaces": ["team-a", "team-a-dev"],
              "guaranteed": {"cpu": "500m", "memory": "64Gi", "nvidia.com/gpu": 4},
              "limit": {"cpu": 32, "memory": "1e12", "nvidia.com/gpu": "8"},
              "gpuModels": [{"model": "NVIDIA-H100-80GB-HBM3", "guaranteed": 2, "limit": "4"},
@@ -118,6 +119,13 @@ MALFORMED = [
     pytest.param(VALID_QUEUE, spec_set(borrow="yes"), "borrow", id="queue: borrow must be a boolean"),
     pytest.param(VALID_QUEUE, spec_set(parent="Team_A"), "parent", id="queue: a parent that is no queue name is rejected"),
     pytest.param(VALID_QUEUE, spec_set(guaranted={"cpu": 1}), "guaranted", id="queue: a misspelt spec field is rejected"),
+    pytest.param(VALID_QUEUE, spec_set(namespaces=[]), "namespaces",
+                 id="queue: an empty namespace list is rejected (leave it out to admit every namespace)"),
+    pytest.param(VALID_QUEUE, spec_set(namespaces=["Team_A"]), "namespaces",
+                 id="queue: a namespace that is no namespace name is rejected"),
+    pytest.param(VALID_QUEUE, spec_set(namespaces="team-a"), "namespaces", id="queue: namespaces must be a list"),
+    pytest.param(VALID_QUEUE, spec_set(namespaces=["team-a", "team-a"]), "namespaces",
+                 id="queue: a namespace listed twice is rejected"),
     pytest.param(VALID_QUEUE, lambda o: o["spec"]["gpuModels"][0].pop("model"), "model",
                  id="queue: a gpuModels entry without a model is rejected"),
     pytest.param(VALID_QUEUE, lambda o: o["spec"]["gpuModels"][0].update(limit=-4), "gpuModels",

@@ -64,6 +64,9 @@ GANG_UNSCHEDULABLE = "GangUnschedulable"
 to wait for (its gang incomplete, beyond the NodePools' limits, the NodePools not read yet). Any
 reason but `Unschedulable` keeps Karpenter away: it provisions for pods one by one, which would
 add nodes for part of a gang."""
+QUEUE_NOT_ALLOWED = "QueueNotAllowed"
+"""The queue the pod names does not admit pods of its namespace (the Queue's `spec.namespaces`):
+no node would help, so Karpenter is kept away too."""
 GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 
 
@@ -269,7 +272,7 @@ class Binder:
                        lambda: self._rest.patch(pod_url(obj, "status"), body, STRATEGIC))
         except (_Conflict, KubeError):
             return False
-        if reason in (UNSCHEDULABLE, GANG_UNSCHEDULABLE):
+        if reason in (UNSCHEDULABLE, GANG_UNSCHEDULABLE, QUEUE_NOT_ALLOWED):
             self._events.record(obj, reason="FailedScheduling", note=message, warning=True, limit_key=key)
         return True
 

@@ -2,7 +2,7 @@
 
 | metric | type | labels | meaning |
 |---|---|---|---|
-| gpufleet_pending_pods | gauge | queue, reason | pods waiting: Unschedulable, SchedulingGated, InvalidRequest, Binding |
+| gpufleet_pending_pods | gauge | queue, reason | pods waiting: Unschedulable, SchedulingGated, InvalidRequest, QueueNotAllowed, Binding |
 | gpufleet_schedule_attempts_total | counter | result | scheduled, unschedulable, error (per pod per cycle) |
 | gpufleet_e2e_scheduling_duration_seconds | histogram | | pod created (its watch event; `creationTimestamp` for pods found by a list) to its Binding returned |
 | gpufleet_bind_errors_total | counter | reason | failed annotation patches or Bindings by HTTP status or error kind |

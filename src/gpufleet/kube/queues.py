@@ -24,7 +24,7 @@ import logging
 import math
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from gpufleet.core.fairshare import fair_shares
 from gpufleet.core.queued import add_demand
@@ -32,8 +32,24 @@ from gpufleet.core.quota import F64, QueueBook
 from gpufleet.core.context import QueueContext
 from gpufleet.framework.queueing import QueueingConfig
 from gpufleet.model import ClusterSnapshot, ModelError, PodSpec, PodUid, Queue, QueueTree
+from gpufleet.model.queue import DEFAULT_QUEUE, QUEUE_LABEL
 
 log = logging.getLogger(__name__)
+
+
+def queue_refusal(queues: Mapping[str, Queue], spec: PodSpec) -> str | None:
+    """Why the queue `spec` runs in does not admit it, or None when it does. A pod runs in the
+    queue its label names, or in `default` when no such queue is defined; a queue with
+    `spec.namespaces` admits pods of those namespaces only."""
+    name = spec.queue if spec.queue in queues else DEFAULT_QUEUE
+    q = queues.get(name)
+    if q is None or q.namespaces is None or q.admits(spec.namespace):
+        return None
+    named = f"queue {name}" if name == spec.queue else \
+        f"queue {name} (the pod names queue {spec.queue!r}, which is not defined)"
+    allowed = ", ".join(sorted(q.namespaces)) or "none"
+    return (f"{named} does not admit pods of namespace {spec.namespace}; its spec.namespaces: {allowed}. "
+            f"Label the pod with a queue of its namespace ({QUEUE_LABEL})")
 
 
 class QueueState:

@@ -46,7 +46,8 @@ from gpufleet.core.result import Eviction
 from gpufleet.framework.plugins.fragmentation import FragModel, TypicalTask, task_spec, typical_tasks, typical_tasks_of
 from gpufleet.framework.profile import Profile, ProfileForMix, ProfileSettings
 from gpufleet.kube import mig_repartition, translate
-from gpufleet.kube.binder import GANG_UNSCHEDULABLE, GATED_MESSAGE, UNSCHEDULABLE, Binder, status_is
+from gpufleet.kube.binder import (GANG_UNSCHEDULABLE, GATED_MESSAGE, QUEUE_NOT_ALLOWED, UNSCHEDULABLE, Binder,
+                                  status_is)
 from gpufleet.kube.cache import Pending, SchedulerCache
 from gpufleet.kube.defragmentation import Defragmenter
 from gpufleet.kube.events import EventRecorder
@@ -57,7 +58,7 @@ from gpufleet.kube.karpenter import KarpenterSettings, Provisioner
 from gpufleet.kube.leader import LeaderElector, LeaseSettings
 from gpufleet.kube.metrics import Metrics
 from gpufleet.kube.mig_repartition import Repartitioner
-from gpufleet.kube.queues import QueueState, queue_status
+from gpufleet.kube.queues import QueueState, queue_refusal, queue_status
 from gpufleet.kube.ratelimit import TokenBucket
 from gpufleet.kube.rest import Rest, path
 from gpufleet.kube.retry import Retrier, RetryPolicy
@@ -317,12 +318,15 @@ class SchedulerService:
         pending = self.cache.pending()
         specs: list[PodSpec] = []
         by_uid: dict[PodUid, Pending] = {}
+        queues = {q.name: q for q in self.cache.queues()}
         for p in pending:
             if p.gated:
                 self._report(p, GATED_MESSAGE, "SchedulingGated")
             elif p.spec is None:
                 self._report(p, p.error, UNSCHEDULABLE)
                 self.metrics.attempts.labels("error").inc()
+            elif (refused := queue_refusal(queues, p.spec)) is not None:
+                self._report(p, refused, QUEUE_NOT_ALLOWED)
             elif (waiting := self.cache.claims_unready(p)) is not None:
                 self._report(p, waiting, UNSCHEDULABLE)
             else:
@@ -561,8 +565,10 @@ class SchedulerService:
         for p in pending:
             queue = p.spec.queue if p.spec else (translate.meta(p.obj).get("labels") or {}).get(
                 "gpufleet.io/queue", "default")
+            written = self._written.get(p.key)
             reason = ("SchedulingGated" if p.gated else "InvalidRequest" if p.spec is None else
-                      "Unschedulable" if p.key in self._written else "Waiting")
+                      QUEUE_NOT_ALLOWED if written and written[0].startswith(QUEUE_NOT_ALLOWED + "\n") else
+                      "Unschedulable" if written else "Waiting")
             counts[(queue, reason)] = counts.get((queue, reason), 0) + 1
         self.metrics.pending.clear()
         for (queue, reason), n in counts.items():

@@ -43,7 +43,8 @@ def dumps(d: Dump) -> str:
                        "maxMember": g.max_member, "requiredTopology": g.required_topology,
                        "preferredTopology": g.preferred_topology} for g in d.pod_groups],
         "queues": [{"name": q.name, "parent": q.parent, "weight": q.weight, "borrow": q.borrow,
-                    "guaranteed": dict(q.guaranteed), "limit": dict(q.limit)} for q in d.queues],
+                    "guaranteed": dict(q.guaranteed), "limit": dict(q.limit),
+                    "namespaces": sorted(q.namespaces) if q.namespaces is not None else None} for q in d.queues],
         "pending": [_pod(p) for p in d.pending],
         "invalid": [{"pod": k, "error": v} for k, v in sorted(d.invalid.items())],
     }, indent=1, sort_keys=False)
@@ -64,7 +65,7 @@ def loads(text: str, source: str = "snapshot") -> Dump:
                            g.get("requiredTopology"), g.get("preferredTopology"))
                   for g in doc.get("podGroups", [])),
             tuple(Queue(q["name"], q.get("parent"), q.get("weight", 1.0), q.get("guaranteed", {}), q.get("limit", {}),
-                        q.get("borrow", True)) for q in doc.get("queues", [])),
+                        q.get("borrow", True), _names(q.get("namespaces"))) for q in doc.get("queues", [])),
             tuple(_read_pod(p) for p in doc.get("pending", [])),
             {i["pod"]: i["error"] for i in doc.get("invalid", [])})
     except (KeyError, TypeError, ValueError) as exc:
@@ -131,3 +132,11 @@ def _read_pod(d: Mapping[str, Any]) -> PodSpec:
                          TaintEffect(t["effect"]) if t.get("effect") else None) for t in d.get("tolerations", [])),
         d.get("priority", 0), d.get("queue", "default"), d.get("podGroup"), d.get("preemptible", True),
         d.get("createdS", 0.0))
+
+
+def _names(raw: Any) -> frozenset[str] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
+        raise ValueError(f"namespaces must be a list of names, got {raw!r}")
+    return frozenset(raw)

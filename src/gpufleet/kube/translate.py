@@ -432,8 +432,12 @@ def queue(obj: Obj) -> Queue:
             if entry.get(src) is not None:
                 dst[queues.gpu_model_dim(model)] = units.count(entry[src], f"{where}: spec.gpuModels[{i}].{src}") * GPU_MILLI
     weight = spec.get("weight", 1)
+    namespaces = spec.get("namespaces")
+    if namespaces is not None and (not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces)):
+        raise ModelError(f"{where}: spec.namespaces", f"must be a list of namespace names, got {namespaces!r}")
     return Queue(name, spec.get("parent") or None, float(weight) if isinstance(weight, (int, float)) else weight,
-                 guaranteed, limit, bool(spec.get("borrow", True)))
+                 guaranteed, limit, bool(spec.get("borrow", True)),
+                 frozenset(namespaces) if namespaces is not None else None)
 
 
 def _dims(raw: Mapping[str, Any], where: str) -> dict[str, int]:

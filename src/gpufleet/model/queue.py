@@ -8,7 +8,8 @@ feature-discovery label `nvidia.com/gpu.product` spells it). A dimension missing
 In a cluster a queue is the `gpufleet.io/v1alpha1` `Queue` custom resource (spec: `parent`,
 `weight`, `borrow`, `guaranteed`, `limit`, `gpuModels`); pods name theirs with the label
 `gpufleet.io/queue`. Pods of a queue that is not defined run in `default`, a root queue
-with weight 1, nothing guaranteed and no limit.
+with weight 1, nothing guaranteed and no limit. A queue with `spec.namespaces` admits only
+pods of those namespaces.
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ class Queue:
     limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     borrow: bool = True
     """Whether the queue may use more than its guarantee when others leave capacity idle."""
+    namespaces: frozenset[str] | None = None
+    """The namespaces whose pods may run in the queue; None: every namespace. A queue is a
+    team's budget and the queue label is written by whoever writes the pod, so without this
+    any tenant could spend another team's guarantee."""
+
+    def admits(self, namespace: str) -> bool:
+        return self.namespaces is None or namespace in self.namespaces
 
     def __post_init__(self) -> None:
         where = f"queue {self.name}"

@@ -18,7 +18,7 @@ def sample() -> snapshot_io.Dump:
              make_node("n2").gpus(2, model="NVIDIA-H100-80GB-HBM3").build())
     running = (Placement(PodUid("r1"), NodeName("n1"), 1000, 1024, (0, 1), 1000, 81920, pod_group="ns/g"),)
     pending = (make_pod("p1").gpus(2).build(), make_pod("p2").fraction(300).affinity("zone", "In", "a").tolerate("gpu").build(), make_pod("p3").gpus(8).build())
-    return snapshot_io.Dump(nodes, running, (PodGroup("g", 2, "ns", required_topology="topology.gpufleet.io/rack"),), (Queue("team", weight=2.0, limit={"gpu": 4000}),),
+    return snapshot_io.Dump(nodes, running, (PodGroup("g", 2, "ns", required_topology="topology.gpufleet.io/rack"),), (Queue("team", weight=2.0, limit={"gpu": 4000}), Queue("own", namespaces=frozenset({"a", "b"}))),
                             pending, {"ns/bad": "pod ns/bad: nvidia.com/gpu: '1.5' is not a whole number of units"})
 
 
