@@ -222,11 +222,12 @@ def test_the_admission_policies_are_on_unless_asked_and_then_all_their_objects_g
 
     def policies(*sets: str) -> list[str]:
         return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in render(*sets) if o["kind"] in kinds)
-    both = [f"{k}/{n}" for k in kinds for n in ("gpufleet-agent-own-node", "gpufleet-no-prebound-gpu-pods")]
+    both = [f"{k}/{n}" for k in kinds
+            for n in ("gpufleet-agent-own-node", "gpufleet-no-prebound-gpu-pods", "gpufleet-queue-namespaces")]
     assert policies() == sorted(both)
     assert not [o for o in render() if o["kind"] in kinds and "namespace" in o["metadata"]], "cluster-scoped"
     assert policies("admissionPolicy.enabled=false") == []
-    assert policies("agent.enabled=false") == sorted(p for p in both if "no-prebound" in p)  # no agent to hold
+    assert policies("agent.enabled=false") == sorted(p for p in both if "agent" not in p)  # no agent to hold
 
 
 def test_the_agent_policy_names_the_agent_of_the_release_namespace() -> None:

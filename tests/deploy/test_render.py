@@ -63,16 +63,17 @@ def test_every_rendered_object_validates_against_the_kubernetes_schemas(rendered
 
 def test_the_admission_policy_validates_is_cluster_scoped_and_bound() -> None:
     objs = manifests.admission_policy()
-    assert sorted(manifests.key(o) for o in objs) == [
-        "ValidatingAdmissionPolicy/gpufleet-agent-own-node", "ValidatingAdmissionPolicy/gpufleet-no-prebound-gpu-pods",
-        "ValidatingAdmissionPolicyBinding/gpufleet-agent-own-node",
-        "ValidatingAdmissionPolicyBinding/gpufleet-no-prebound-gpu-pods"]
+    names = ("gpufleet-agent-own-node", "gpufleet-no-prebound-gpu-pods", "gpufleet-queue-namespaces")
+    assert sorted(manifests.key(o) for o in objs) == [f"{kind}/{name}" for kind in (
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding") for name in names]
     for obj in objs:
         assert manifests.validate_builtin(obj) == "1.34", manifests.key(obj)
         assert "namespace" not in obj["metadata"]
         assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpufleet"
     for binding in (o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"):
-        assert binding["spec"] == {"policyName": binding["metadata"]["name"], "validationActions": ["Deny"]}
+        params = {"paramRef": {"selector": {}, "parameterNotFoundAction": "Allow"}} \
+            if binding["metadata"]["name"] == "gpufleet-queue-namespaces" else {}  # every Queue, none: allow
+        assert binding["spec"] == {"policyName": binding["metadata"]["name"], "validationActions": ["Deny"], **params}
 
 
 @pytest.mark.parametrize(("kind", "mutate"), [
