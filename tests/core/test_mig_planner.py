@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpufleet.core.mig_planner import GpuChange, MigGpu, MigPlan, plan, served
+from gpufleet.core.mig_planner import GpuChange, MigGpu, MigPlan, MigRequest, plan, served
 from gpufleet.model import GpuUuid, mig
 from gpufleet.model.mig_placement import MigInstance, is_valid, maximal_layouts, place_counts
 
@@ -140,6 +140,57 @@ def test_a_plan_never_touches_an_instance_in_use_stays_valid_and_serves_at_least
     assert result.served_after == served(gpus, demand, result.changes) >= result.served_before
     if result.served_before == len(demand):
         assert result.changes == ()
+
+
+@st.composite
+def gpus_and_restricted_demand(draw: st.DrawFn) -> tuple[list[MigGpu], list[MigRequest]]:
+    """As `gpus_and_demand`, each request naming the GPUs its pod could use (or any)."""
+    gpus, profiles = draw(gpus_and_demand())
+    uuids = [g.uuid for g in gpus]
+    return gpus, [MigRequest(p, None if draw(st.booleans()) else frozenset(draw(st.lists(st.sampled_from(uuids)))))
+                  for p in profiles]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gpus_and_restricted_demand())
+def test_a_gpu_is_changed_only_for_a_request_that_may_use_it_and_a_plan_serves_at_least_as_much(
+        case: tuple[list[MigGpu], list[MigRequest]]) -> None:
+    gpus, demand = case
+    result = plan(gpus, demand)
+    by_uuid = {g.uuid: g for g in gpus}
+    for change in result.changes:
+        assert not by_uuid[change.uuid].frozen and not set(change.destroy) & by_uuid[change.uuid].in_use
+        assert is_valid(by_uuid[change.uuid].family, change.apply(by_uuid[change.uuid].instances))
+        for inst in change.create:  # each new instance is of a profile some request that may use the GPU asks
+            assert any(r.profile == inst.profile and r.may_use(change.uuid) for r in demand), (change, demand)
+    assert result.served_before == served(gpus, demand)
+    assert result.served_after == served(gpus, demand, result.changes) >= result.served_before
+    if result.served_before == len(demand):
+        assert result.changes == ()
+
+
+def test_a_pod_that_may_use_no_gpu_changes_nothing_and_is_not_served_by_another_nodes_instance() -> None:
+    """Held back by its node selector (say): the free 1g on g0, which it cannot use, does not serve it."""
+    gpus = [_gpu("g0", (_i("1g.10gb", 6),)), _gpu("g1", ())]
+    result = plan(gpus, [MigRequest("1g.10gb", frozenset())])
+    assert result.changes == () and result.served_before == 0 and result.unplaced == ("1g.10gb",)
+    assert served(gpus, [MigRequest("1g.10gb", frozenset({GpuUuid("g0")}))]) == 1
+
+
+def test_a_request_is_carved_on_a_gpu_it_may_use_though_another_fits_better() -> None:
+    busy = _i("3g.40gb", 4)
+    gpus = [_gpu("g0", (busy,), (busy,)), _gpu("g1", ())]  # g0 is the best fit for a 1g; the pod may use g1 only
+    change = _only(plan(gpus, [MigRequest("1g.10gb", frozenset({GpuUuid("g1")}))]))
+    assert change.uuid == "g1" and [i.profile for i in change.create] == ["1g.10gb"]
+
+
+def test_an_instance_a_restricted_request_claims_is_not_destroyed_for_a_later_one() -> None:
+    """Two free 1g, one on each GPU; the first pod may use g0's only. The 4g after it could replace
+    either 1g (one is spare), and g0 comes first among equals: it must take g1's."""
+    gpus = [_gpu("g0", (_i("1g.10gb", 0),)), _gpu("g1", (_i("1g.10gb", 0),))]
+    result = plan(gpus, [MigRequest("1g.10gb", frozenset({GpuUuid("g0")})), MigRequest("4g.40gb")])
+    change = _only(result)
+    assert change.uuid == "g1" and change.destroy == (_i("1g.10gb", 0),) and result.served_after == 2
 
 
 @settings(max_examples=200, deadline=None)

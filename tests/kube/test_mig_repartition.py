@@ -9,7 +9,7 @@ import json
 from typing import Any, cast
 
 from gpufleet.kube.cache import SchedulerCache
-from gpufleet.kube.mig_repartition import LAYOUT_ANNOTATION, STATE_ANNOTATION, Repartitioner, demand
+from gpufleet.kube.mig_repartition import LAYOUT_ANNOTATION, STATE_ANNOTATION, Repartitioner
 from gpufleet.kube import translate
 from gpufleet.model import ClusterSnapshot
 from gpufleet.model import annotations as ann
@@ -69,12 +69,6 @@ def written(text: str) -> tuple[int, list[MigInstance]]:
     body = json.loads(text)
     (items,) = body["gpus"].values()
     return body["generation"], sorted(MigInstance(int(s), p) for p, _, s in (i.partition("@") for i in items))
-
-
-def test_pending_pods_mig_profiles_in_queue_order_count_each_slice() -> None:
-    specs = [translate.pod_spec(mig_pod("a", "3g.40gb")), translate.pod_spec(mig_pod("b", "1g.10gb"))]
-    assert demand(specs, {specs[1].uid, specs[0].uid}) == ["3g.40gb", "1g.10gb"]
-    assert demand(specs, {specs[1].uid}) == ["1g.10gb"]
 
 
 def test_a_profile_no_free_instance_serves_gets_a_valid_layout_that_keeps_what_pods_hold() -> None:

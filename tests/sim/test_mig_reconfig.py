@@ -14,6 +14,8 @@ from gpufleet.sim.replay import ReplayResult, replay
 from gpufleet.sim.workload import Job, Workload
 from gpufleet.testing import make_node, make_pod
 
+PROFILE = build_profile(builtin("bestfit"))
+
 DELAY = 30.0
 BALANCED = ("1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb")
 """mig-parted's all-balanced for 80 GB A100/H100."""
@@ -63,7 +65,7 @@ def test_a_running_pods_slice_index_follows_its_instance_through_a_relayout() ->
     held = Placement(PodUid("p"), NodeName("n0"), mig_slices=(7,))
     snap = ClusterSnapshot.build([node], [held]).owned()
     pending = [make_pod("q").mig("4g.40gb").build(), make_pod("r").mig("4g.40gb").build()]
-    change = reconf.step(0.0, snap, pending)
+    change = reconf.step(0.0, snap, pending, PROFILE)
     assert change is not None and len(change.ready) == 2
     (moved,) = change.placements
     gpus = change.nodes[0].gpus
@@ -88,7 +90,7 @@ def test_in_use_flags_follow_the_listed_order_of_the_gpus_instances_not_their_st
     reconf = MigReconfigurer([node], (0.0, 1.0), plan=True, delay_s=DELAY)
     held = Placement(PodUid("p"), NodeName("n0"), mig_slices=(0,))
     snap = ClusterSnapshot.build([node], [held]).owned()
-    change = reconf.step(0.0, snap, [make_pod("q").mig("2g.20gb").build(), make_pod("r").mig("2g.20gb").build()])
+    change = reconf.step(0.0, snap, [make_pod("q").mig("2g.20gb").build(), make_pod("r").mig("2g.20gb").build()], PROFILE)
     assert change is not None
     (moved,) = change.placements
     assert change.nodes[0].gpus[0].mig_slices[moved.mig_slices[0]] == "1g.10gb"  # the pod still holds a 1g

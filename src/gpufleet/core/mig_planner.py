@@ -1,10 +1,12 @@
 """Demand-driven MIG: which idle GPU instances to destroy and which to create for the pending pods.
 
 `plan(gpus, demand)` is pure (no I/O, no clock): it gets every MIG GPU with its placed layout
-and the instances in use, and the pending MIG demand as profile names in queue order (the
-core's order: priority, then age; a pod asking two slices counts twice). It returns, per GPU
-(by uuid), the instances to destroy and the (profile, start) instances to create; the agent
-applies that through NVML and the simulator after a reconfiguration delay.
+and the instances in use, and the pending MIG demand in queue order (the core's order:
+priority, then age; a pod asking two slices counts twice), each request a profile name, or a
+`MigRequest` that also names the GPUs the pod could use (`core.mig_demand`: those of the nodes
+where it passes every filter but the GPU fit). It returns, per GPU (by uuid), the instances to
+destroy and the (profile, start) instances to create; the agent applies that through NVML and
+the simulator after a reconfiguration delay.
 
 Decisions:
 
@@ -28,6 +30,11 @@ Decisions:
   because the low slots are where the large shapes must go: 4g and 7g start only at 0, 3g at
   0 or 4, so a 3g at 4 leaves room for a 4g and a 3g at 0 does not; then the GPU's position). A profile that fits nowhere is skipped for the rest of the plan (later
   requests only take space, they never free any).
+- **Only where the pod could run.** A request that names its GPUs is served only by a free
+  instance on one of them, and only those GPUs are changed for it: a pod held back by its node
+  selector, taints or CPU never has a GPU it cannot use repartitioned. Requests are matched to
+  the free instances in queue order; one that names its GPUs claims a particular instance, and
+  a claimed instance is never destroyed.
 - **Freed space the demand does not ask for stays uncarved.** Carving it now would guess a
   shape; left empty, the next plan carves whatever is asked then without destroying anything.
 - A GPU marked `frozen` (a change still being applied, or unhealthy) is left alone; its free
@@ -59,6 +66,21 @@ class MigGpu:
 
 
 @dataclass(frozen=True, slots=True)
+class MigRequest:
+    """One MIG slice a pending pod asks for, and the GPUs it could use (None: any)."""
+
+    profile: str
+    gpus: frozenset[GpuUuid] | None = None
+
+    def may_use(self, uuid: GpuUuid) -> bool:
+        return self.gpus is None or uuid in self.gpus
+
+
+Demand = Sequence[str | MigRequest]
+"""Requests in queue order: a profile name is a request any GPU may serve."""
+
+
+@dataclass(frozen=True, slots=True)
 class GpuChange:
     """What to do on one GPU: destroy these free instances, then create these."""
 
@@ -82,17 +104,46 @@ class MigPlan:
     """Requests no change could serve (their profile fits in no free space)."""
 
 
-def served(gpus: Iterable[MigGpu], demand: Sequence[str], changes: Sequence[GpuChange] = ()) -> int:
+def served(gpus: Iterable[MigGpu], demand: Demand, changes: Sequence[GpuChange] = ()) -> int:
     """How many of the `demand` requests the free instances can serve (after `changes`)."""
     by_uuid = {c.uuid: c for c in changes}
-    free: Counter[str] = Counter()
-    for g in gpus:
-        c = by_uuid.get(g.uuid)
-        for inst in (c.apply(g.instances) if c else g.instances):
-            if inst not in g.in_use:
-                free[inst.profile] += 1
-    need = Counter(demand)
-    return sum(min(n, free[p]) for p, n in need.items())
+    free = [(g.uuid, inst) for g in gpus for inst in (by_uuid[g.uuid].apply(g.instances) if g.uuid in by_uuid
+                                                      else g.instances) if inst not in g.in_use]
+    requests = _requests(demand)
+    return len(requests) - len(_match(free, requests)[2])
+
+
+def _requests(demand: Demand) -> list[MigRequest]:
+    return [d if isinstance(d, MigRequest) else MigRequest(d) for d in demand]
+
+
+_Free = tuple[GpuUuid, MigInstance]
+
+
+def _match(free: Sequence[_Free], requests: Sequence[MigRequest]
+           ) -> tuple[set[_Free], Counter[str], list[MigRequest]]:
+    """Match `requests`, in queue order, to the `free` instances: a request naming its GPUs
+    claims a free instance of its profile on one of them; any other takes one of the count
+    left. Returns the claimed instances, how many free instances of each profile are left
+    over (any free instance not claimed may be the one that goes), and the requests unmet."""
+    left: Counter[str] = Counter(inst.profile for _, inst in free)
+    by_profile: dict[str, list[_Free]] = {}
+    for f in free:
+        by_profile.setdefault(f[1].profile, []).append(f)
+    claimed: set[_Free] = set()
+    unmet: list[MigRequest] = []
+    for r in requests:
+        if left[r.profile] <= 0:
+            unmet.append(r)
+        elif r.gpus is None:
+            left[r.profile] -= 1
+        elif (pick := next((f for f in by_profile.get(r.profile, ()) if f[0] in r.gpus and f not in claimed),
+                           None)) is not None:
+            claimed.add(pick)
+            left[r.profile] -= 1
+        else:
+            unmet.append(r)
+    return claimed, left, unmet
 
 
 class _Gpu:
@@ -113,7 +164,8 @@ class _Gpu:
     def instances(self) -> set[MigInstance]:
         return {o for o in self.owner if o is not None}
 
-    def options(self, profile: str, surplus: Counter[str]) -> Iterable[tuple[MigInstance, list[MigInstance]]]:
+    def options(self, profile: str, surplus: Counter[str], claimed: set[_Free]
+                ) -> Iterable[tuple[MigInstance, list[MigInstance]]]:
         """(new instance, free surplus instances it replaces) for each start where `profile` can go."""
         if profile not in self.table:
             return
@@ -122,7 +174,7 @@ class _Gpu:
         for start in shape(family, profile).starts:
             new = MigInstance(start, profile)
             over = list(dict.fromkeys(o for s in new.slots(family) if (o := self.owner[s]) is not None))
-            if any(o in self.gpu.in_use or o in self.created for o in over):
+            if any(o in self.gpu.in_use or o in self.created or (self.gpu.uuid, o) in claimed for o in over):
                 continue
             if any(surplus[q] < n for q, n in Counter(o.profile for o in over).items()):
                 continue
@@ -151,34 +203,33 @@ class _Gpu:
         return change
 
 
-def plan(gpus: Sequence[MigGpu], demand: Sequence[str]) -> MigPlan:
+def plan(gpus: Sequence[MigGpu], demand: Demand) -> MigPlan:
     """The reconfigurations that serve as much of `demand` as free space allows (module docstring)."""
-    before = served(gpus, demand)
-    surplus: Counter[str] = Counter(i.profile for g in gpus for i in g.instances if i not in g.in_use)
-    unmet: list[str] = []
-    for p in demand:  # queue order: existing free instances serve the first requests
-        if surplus[p] > 0:
-            surplus[p] -= 1
-        else:
-            unmet.append(p)
+    requests = _requests(demand)
+    free = [(g.uuid, i) for g in gpus for i in g.instances if i not in g.in_use]
+    claimed, surplus, unmet = _match(free, requests)  # existing free instances serve the first requests
+    before = len(requests) - len(unmet)
     if not unmet:
         return MigPlan((), before, before)
     work = [_Gpu(g, k) for k, g in enumerate(gpus) if not g.frozen]
     touched: set[int] = set()
-    impossible: set[str] = set()
+    impossible: set[tuple[str, frozenset[GpuUuid] | None]] = set()
     unplaced: list[str] = []
-    for p in unmet:
-        if p in impossible:
+    for r in unmet:
+        p = r.profile
+        if (p, r.gpus) in impossible:
             unplaced.append(p)
             continue
         best: tuple[tuple[int, int, int, int, int], _Gpu, MigInstance, list[MigInstance]] | None = None
         for w in work:
-            for new, over in w.options(p, surplus):
+            if not r.may_use(w.gpu.uuid):
+                continue
+            for new, over in w.options(p, surplus, claimed):
                 key = (w.position not in touched, len(over), -w.busy_slots, -new.start, w.position)
                 if best is None or key < best[0]:
                     best = (key, w, new, over)
         if best is None:
-            impossible.add(p)
+            impossible.add((p, r.gpus))
             unplaced.append(p)
             continue
         _, w, new, over = best
@@ -187,4 +238,4 @@ def plan(gpus: Sequence[MigGpu], demand: Sequence[str]) -> MigPlan:
         w.take(new, over)
         touched.add(w.position)
     changes = tuple(w.change() for w in work if w.position in touched)
-    return MigPlan(changes, before, served(gpus, demand, changes), tuple(unplaced))
+    return MigPlan(changes, before, served(gpus, requests, changes), tuple(unplaced))

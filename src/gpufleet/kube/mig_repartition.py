@@ -1,7 +1,9 @@
 """Demand-driven MIG on a live cluster: the scheduler's half (the agent's is `agent/mig_layout.py`).
 
 With `--mig-repartition`, a scheduling cycle that leaves pods asking for MIG profiles
-unschedulable calls `Repartitioner.update`. That plans (`core/mig_planner.plan`, the same
+unschedulable calls `Repartitioner.update` with their requests, each naming the GPUs the pod
+could use (`core/mig_demand.py`: a pod held back by its node selector, taints or CPU changes no
+GPU it cannot use). That plans (`core/mig_planner.plan`, the same
 planner the simulator replays) over the MIG GPUs of the nodes. Each GPU comes in with:
 
 * its real layout: profiles and first memory slices, as the agent's inventory annotation
@@ -36,7 +38,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping
 
 from gpufleet.core import mig_planner
 from gpufleet.core.mig_planner import MigGpu
@@ -44,7 +46,7 @@ from gpufleet.kube import translate
 from gpufleet.kube.errors import KubeError
 from gpufleet.kube.rest import Rest, path
 from gpufleet.kube.retry import Retrier
-from gpufleet.model import ClusterSnapshot, GpuKind, GpuUuid, NodeName, PodSpec, mig
+from gpufleet.model import ClusterSnapshot, GpuUuid, NodeName, mig
 from gpufleet.model import annotations as ann
 from gpufleet.model.mig_placement import MigInstance
 
@@ -62,15 +64,6 @@ class _Seen:
     """Of the node's layout annotation."""
     answered: int
     """Of the agent's state annotation."""
-
-
-def demand(specs: Sequence[PodSpec], unschedulable: Iterable[str]) -> list[str]:
-    """The MIG profiles the unschedulable pods ask for, in the order of `specs` (the queue's),
-    a pod asking for n slices counting n times."""
-    waiting = set(unschedulable)
-    return [s.gpu.mig_profile for s in specs
-            if s.uid in waiting and s.gpu.kind is GpuKind.MIG and s.gpu.mig_profile
-            for _ in range(s.gpu.count)]
 
 
 class Repartitioner:
@@ -114,15 +107,16 @@ class Repartitioner:
         """Whether `interval_s` has passed since the last plan (so a cycle need not take a snapshot)."""
         return self._clock() - self._last >= self.interval_s
 
-    def update(self, snapshot: ClusterSnapshot, wanted: Sequence[str]) -> mig_planner.MigPlan | None:
-        """Plan for `wanted` (profile names, queue order) and write the layouts; None when not due."""
+    def update(self, snapshot: ClusterSnapshot, wanted: mig_planner.Demand) -> mig_planner.MigPlan | None:
+        """Plan for `wanted` (requests in queue order, `core.mig_demand`) and write the layouts; None
+        when not due."""
         if not wanted or not self.due():
             return None
         for node, text in self.layouts(snapshot, wanted).items():
             self._futures.append(self._pool.submit(self._write, node, text))
         return self.last_plan
 
-    def layouts(self, snapshot: ClusterSnapshot, wanted: Sequence[str]) -> dict[str, str]:
+    def layouts(self, snapshot: ClusterSnapshot, wanted: mig_planner.Demand) -> dict[str, str]:
         """The plan for `wanted` as the `gpufleet.io/mig-layout` value of each node it changes; the nodes
         are then frozen until their agents answer. No I/O: `update` writes what this returns."""
         now = self._clock()

@@ -42,10 +42,11 @@ import numpy as np
 
 from gpufleet.core.cycle import schedule
 from gpufleet.core.defrag import DefragSettings
+from gpufleet.core.mig_demand import mig_requests
 from gpufleet.core.result import Eviction
 from gpufleet.framework.plugins.fragmentation import FragModel, TypicalTask, task_spec, typical_tasks, typical_tasks_of
 from gpufleet.framework.profile import Profile, ProfileForMix, ProfileSettings
-from gpufleet.kube import mig_repartition, translate
+from gpufleet.kube import translate
 from gpufleet.kube.binder import (GANG_UNSCHEDULABLE, GATED_MESSAGE, QUEUE_NOT_ALLOWED, UNSCHEDULABLE, Binder,
                                   status_is)
 from gpufleet.kube.cache import Pending, SchedulerCache
@@ -62,7 +63,7 @@ from gpufleet.kube.queues import QueueState, queue_refusal, queue_status
 from gpufleet.kube.ratelimit import TokenBucket
 from gpufleet.kube.rest import Rest, path
 from gpufleet.kube.retry import Retrier, RetryPolicy
-from gpufleet.model import ClusterSnapshot, Placement, PodSpec, PodUid
+from gpufleet.model import ClusterSnapshot, GpuKind, Placement, PodSpec, PodUid
 from gpufleet.model.annotations import SCHEDULER_NAME
 from gpufleet.model.assignment_auth import KeyDir
 
@@ -360,9 +361,10 @@ class SchedulerService:
                 self._report_unschedulable(by_uid[uid], self._with_dra_hint(by_uid[uid], status.message))
             if self.defrag is not None and result.unschedulable and self.defrag.due():
                 self._defragment(specs, result.unschedulable, profile, by_uid)
-            if self.mig is not None and self.mig.due() and (
-                    wanted := mig_repartition.demand(specs, result.unschedulable)):
-                self.mig.update(self._snapshot(), wanted)  # the binds just made are in the cache's view
+            if self.mig is not None and self.mig.due() and any(
+                    s.gpu.kind is GpuKind.MIG and s.uid in result.unschedulable for s in specs):
+                now_view = self._snapshot()  # the binds just made are in the cache's view
+                self.mig.update(now_view, mig_requests(now_view, specs, result.unschedulable, profile, wall))
             self.metrics.attempts.labels("unschedulable").inc(len(result.unschedulable))
             self._evict(result.evictions)
             self._nominate(result.nominated, result.evictions, by_uid)

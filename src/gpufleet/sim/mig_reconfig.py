@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from gpufleet.core import mig_planner
+from gpufleet.core.mig_demand import mig_requests
+from gpufleet.framework.profile import Profile
 from gpufleet.model import ClusterSnapshot, GpuKind, GpuUuid, ModelError, NodeInfo, NodeName, Placement, PodSpec, mig
 from gpufleet.model.mig_placement import MigInstance, place_counts
 
@@ -124,8 +126,9 @@ class MigReconfigurer:
         self.meter = MigMeter(window, 7 * len(self.placed))
 
     # -- what the replay calls ----------------------------------------------------------------
-    def step(self, now: float, snap: ClusterSnapshot, waiting: Sequence[PodSpec]) -> Relayout | None:
-        """After a cycle: meter, then (when planning) change idle instances for `waiting`'s MIG requests."""
+    def step(self, now: float, snap: ClusterSnapshot, waiting: Sequence[PodSpec], profile: Profile) -> Relayout | None:
+        """After a cycle: meter, then (when planning) change idle instances for `waiting`'s MIG requests,
+        each on the GPUs its pod could use under `profile`'s filters (`core.mig_demand`)."""
         demand = [p.gpu.mig_profile for p in waiting if p.gpu.kind is GpuKind.MIG and p.gpu.mig_profile
                   for _ in range(p.gpu.count)]
         gpus = self._gpus(snap)
@@ -133,7 +136,7 @@ class MigReconfigurer:
         self.meter.advance(now, free, len(demand))
         if not self.plan or not demand:
             return None
-        result = mig_planner.plan(gpus, demand)
+        result = mig_planner.plan(gpus, mig_requests(snap, waiting, [p.uid for p in waiting], profile, now))
         if not result.changes:
             return None
         self.plans += 1

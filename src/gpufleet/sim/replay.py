@@ -325,7 +325,8 @@ class _Replay:
             if self.defrag is not None and self.waiting and self.defrag.due(env.now):
                 self._defrag()
             if self.mig is not None:
-                self._relayout(self.mig.step(env.now, self.snap, [p for job in self.waiting.values() for p in job.pods]))
+                self._relayout(self.mig.step(env.now, self.snap, [p for job in self.waiting.values() for p in job.pods],
+                                             self.profile))
             if ticked:
                 self.idle_ticks = 0 if self._scale([p for job in self.waiting.values() for p in job.pods]) \
                     else self.idle_ticks + 1
