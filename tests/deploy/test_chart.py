@@ -223,7 +223,8 @@ def test_the_admission_policies_are_on_unless_asked_and_then_all_their_objects_g
     def policies(*sets: str) -> list[str]:
         return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in render(*sets) if o["kind"] in kinds)
     both = [f"{k}/{n}" for k in kinds
-            for n in ("gpufleet-agent-own-node", "gpufleet-no-prebound-gpu-pods", "gpufleet-queue-namespaces")]
+            for n in ("gpufleet-agent-own-node", "gpufleet-no-prebound-gpu-pods", "gpufleet-non-preemptible-pods",
+                      "gpufleet-queue-namespaces")]
     assert policies() == sorted(both)
     assert not [o for o in render() if o["kind"] in kinds and "namespace" in o["metadata"]], "cluster-scoped"
     assert policies("admissionPolicy.enabled=false") == []

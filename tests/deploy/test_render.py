@@ -63,7 +63,8 @@ def test_every_rendered_object_validates_against_the_kubernetes_schemas(rendered
 
 def test_the_admission_policy_validates_is_cluster_scoped_and_bound() -> None:
     objs = manifests.admission_policy()
-    names = ("gpufleet-agent-own-node", "gpufleet-no-prebound-gpu-pods", "gpufleet-queue-namespaces")
+    names = ("gpufleet-agent-own-node", "gpufleet-no-prebound-gpu-pods", "gpufleet-non-preemptible-pods",
+             "gpufleet-queue-namespaces")
     assert sorted(manifests.key(o) for o in objs) == [f"{kind}/{name}" for kind in (
         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding") for name in names]
     for obj in objs:

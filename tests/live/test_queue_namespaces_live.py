@@ -1,5 +1,6 @@
-"""Queues and namespaces on the real kube-apiserver: a Queue's `spec.namespaces` holds pods to the
-queues of their namespace (docs/security.md, "Queues and namespaces").
+"""Queues, preemption and namespaces on the real kube-apiserver: a Queue's `spec.namespaces` holds
+pods to the queues of their namespace, and only namespaces a cluster admin labelled may opt their
+pods out of preemption (docs/security.md, "Queues and namespaces").
 
 The admission policy deploy/admission/queue-namespaces.yaml refuses a tenant's pod that names
 another team's queue, at creation or by relabelling, and a change of a bound pod's queue label;
@@ -7,6 +8,10 @@ the scheduler leaves such a pod pending with reason QueueNotAllowed, which cover
 does not see: a queue restricted after its pods were created, and pods without the label in a
 restricted `default` queue. Tenants are ServiceAccounts with the built-in `edit` role in their
 namespace.
+
+deploy/admission/non-preemptible-pods.yaml refuses the annotation gpufleet.io/preemptible: "false"
+on a pod of a namespace without the label gpufleet.io/allow-non-preemptible=true, at creation and
+when added later; a pod that had it already may still be changed.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from .cluster_kit import bound, create_all, install_gpufleet, manifests, schedul
 
 POLICY = "gpufleet-queue-namespaces"
 QUEUE_LABEL = "gpufleet.io/queue"
+PREEMPTIBLE = "gpufleet.io/preemptible"
+ALLOW = "gpufleet.io/allow-non-preemptible"
 Obj = dict[str, Any]
 
 
@@ -37,6 +44,11 @@ def pod(name: str, namespace: str, queue_name: str | None = None, gpus: int = 1)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels},
             "spec": {"schedulerName": "gpufleet", "containers": [
                 {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}
+
+
+def non_preemptible(obj: Obj, value: str = "false") -> Obj:
+    obj["metadata"]["annotations"] = {PREEMPTIBLE: value}
+    return obj
 
 
 def relabel(client: KubeClient, namespace: str, name: str, queue_name: str) -> ApiError | None:
@@ -61,11 +73,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.admin.create(queue("team-a", ["team-a"]))
         c.admin.create(queue("shared"))
         create_all(c.admin, gpu_nodes(2, seed=5))
-        for obj in manifests("deploy/admission/queue-namespaces.yaml"):
+        for obj in manifests("deploy/admission/queue-namespaces.yaml", "deploy/admission/non-preemptible-pods.yaml"):
             c.admin.create(obj)
-        probe = pod("probe", "team-b", "team-a")
+        probes = [pod("probe", "team-b", "team-a"), non_preemptible(pod("probe", "team-b"))]
         # kube-apiserver loads a new policy (and its params) from its informers, a moment after the create
-        wait_for(lambda: _refused_dry_run(c.admin, probe), 30, "the policy to be in force")
+        wait_for(lambda: all(_refused_dry_run(c.admin, p) for p in probes), 30, "the policies to be in force")
         yield c
 
 
@@ -161,3 +173,34 @@ def test_the_scheduler_leaves_pods_their_queue_does_not_admit_pending_with_the_r
                      "the pending gauge's reason")
     finally:
         admin.delete("queues", "default")
+
+
+# -- opting out of preemption ---------------------------------------------------------------------
+
+def test_a_tenant_cannot_opt_its_pods_out_of_preemption_unless_its_namespace_may(
+        cluster: Cluster, tenants: dict[str, KubeClient]) -> None:
+    for value in ("false", "False"):  # as the scheduler reads it
+        refused = try_create(tenants["team-b"], non_preemptible(pod(f"keep-{value.lower()}", "team-b"), value))
+        assert refused is not None and refused.status == 403, refused
+        assert "ValidatingAdmissionPolicy 'gpufleet-non-preemptible-pods'" in refused.message
+        assert (f'pod keep-false is annotated {PREEMPTIBLE}: "false", which namespace team-b may not use') \
+            in refused.message
+    assert try_create(tenants["team-b"], non_preemptible(pod("preemptible", "team-b"), "true")) is None
+    cluster.admin.patch("namespaces", "team-a", {"metadata": {"labels": {ALLOW: "true"}}})
+    try:
+        wait_for(lambda: try_create(tenants["team-a"], non_preemptible(pod("serving", "team-a"))) is None, 10,
+                 "the labelled namespace's pod admitted")
+    finally:
+        cluster.admin.patch("namespaces", "team-a", {"metadata": {"labels": {ALLOW: None}}})
+    # its label gone, team-a's pod that opted out may still be changed (a controller's write), but a
+    # new one may not opt out
+    wait_for(lambda: try_create(tenants["team-a"], non_preemptible(pod("serving-2", "team-a"))) is not None, 10,
+             "the policy to see the label gone")
+    cluster.admin.patch("pods", "serving", {"metadata": {"labels": {"touched": "yes"}}}, "team-a")
+
+
+def test_the_annotation_cannot_be_added_to_a_pod_later(tenants: dict[str, KubeClient]) -> None:
+    tenants["team-b"].create(pod("later", "team-b"))
+    with pytest.raises(ApiError) as refused:
+        tenants["team-b"].patch("pods", "later", {"metadata": {"annotations": {PREEMPTIBLE: "false"}}}, "team-b")
+    assert refused.value.status == 403 and "gpufleet-non-preemptible-pods" in refused.value.message

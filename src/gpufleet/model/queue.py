@@ -6,7 +6,7 @@ feature-discovery label `nvidia.com/gpu.product` spells it). A dimension missing
 `guaranteed` is guaranteed 0; missing from `limit`, it is unlimited.
 
 In a cluster a queue is the `gpufleet.io/v1alpha1` `Queue` custom resource (spec: `parent`,
-`weight`, `borrow`, `guaranteed`, `limit`, `gpuModels`); pods name theirs with the label
+`weight`, `borrow`, `guaranteed`, `limit`, `gpuModels`, `namespaces`); pods name theirs with the label
 `gpufleet.io/queue`. Pods of a queue that is not defined run in `default`, a root queue
 with weight 1, nothing guaranteed and no limit. A queue with `spec.namespaces` admits only
 pods of those namespaces.
