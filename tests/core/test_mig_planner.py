@@ -193,6 +193,29 @@ def test_an_instance_a_restricted_request_claims_is_not_destroyed_for_a_later_on
     assert change.uuid == "g1" and change.destroy == (_i("1g.10gb", 0),) and result.served_after == 2
 
 
+def test_an_instance_a_restricted_request_claims_serves_no_later_request() -> None:
+    """g0's only free 1g goes to the first pod: the second 1g is unmet, and gets one carved."""
+    gpus = [_gpu("g0", (_i("1g.10gb", 0),)), _gpu("g1", ())]
+    result = plan(gpus, [MigRequest("1g.10gb", frozenset({GpuUuid("g0")})), "1g.10gb"])
+    assert result.served_before == 1 and result.served_after == 2
+    assert [i.profile for c in result.changes for i in c.create] == ["1g.10gb"]
+
+
+def test_a_surplus_instance_is_destroyed_once() -> None:
+    """Two free 1g and one 1g request: one of them is surplus, so the first 4g may take a GPU's 1g
+    and the second may not take the other's."""
+    gpus = [_gpu("g0", (_i("1g.10gb", 0),)), _gpu("g1", (_i("1g.10gb", 0),))]
+    result = plan(gpus, ["1g.10gb", "4g.40gb", "4g.40gb"])
+    assert len(result.changes) == 1 and result.unplaced == ("4g.40gb",)
+    assert result.served_before == 1 and result.served_after == 2
+
+
+def test_every_request_of_a_profile_that_fits_nowhere_is_reported_unplaced() -> None:
+    busy = _i("4g.40gb", 0)
+    result = plan([_gpu("g0", (busy,), (busy,))], ["4g.40gb", "4g.40gb", "1g.10gb"])
+    assert result.unplaced == ("4g.40gb", "4g.40gb") and result.served_after == 1
+
+
 @settings(max_examples=200, deadline=None)
 @given(gpus_and_demand())
 def test_every_created_instance_serves_a_request_that_was_not_served(case: tuple[list[MigGpu], list[str]]) -> None:

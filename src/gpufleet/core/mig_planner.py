@@ -137,8 +137,8 @@ def _match(free: Sequence[_Free], requests: Sequence[MigRequest]
             unmet.append(r)
         elif r.gpus is None:
             left[r.profile] -= 1
-        elif (pick := next((f for f in by_profile.get(r.profile, ()) if f[0] in r.gpus and f not in claimed),
-                           None)) is not None:
+        elif (pick := next((f for f in by_profile[r.profile] if f[0] in r.gpus and f not in claimed),
+                           None)) is not None:  # left > 0: the profile has free instances
             claimed.add(pick)
             left[r.profile] -= 1
         else:
