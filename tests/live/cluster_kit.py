@@ -218,6 +218,26 @@ def successful_bindings(cluster: Cluster) -> dict[str, int]:
     return counts
 
 
+def add_tenant(cluster: Cluster, namespace: str) -> None:
+    """A namespace whose `default` ServiceAccount has the built-in `edit` ClusterRole in it: what a
+    team usually gets (`cluster.service_account_token(namespace, "default")` is its identity)."""
+    cluster.admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    cluster.wait_for_service_account(namespace)
+    cluster.admin.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                          "metadata": {"name": "tenant-edit", "namespace": namespace},
+                          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                          "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]})
+
+
+def refused_dry_run(client: KubeClient, obj: Mapping[str, Any]) -> bool:
+    """Whether the API server refuses to create `obj` (a dry run: nothing is stored)."""
+    try:
+        client.create(obj, dry_run=True)
+    except ApiError:
+        return True
+    return False
+
+
 def try_create(client: KubeClient, obj: Mapping[str, Any]) -> ApiError | None:
     """Create `obj`; the API server's refusal, if it refused."""
     try:

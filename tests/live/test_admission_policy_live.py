@@ -19,8 +19,8 @@ import pytest
 from gpufleet.testing.cluster import ApiError, Cluster, KubeClient
 from gpufleet.testing.gpu_nodes import gpu_nodes
 
-from .cluster_kit import bound, create_all, install_gpufleet, manifests, scheduler_in_process, scheduler_kubeconfig, \
-    try_create, wait_for
+from .cluster_kit import add_tenant, bound, create_all, install_gpufleet, manifests, refused_dry_run, \
+    scheduler_in_process, scheduler_kubeconfig, try_create, wait_for
 
 TENANT_NS = "team-a"
 POLICY = "gpufleet-no-prebound-gpu-pods"
@@ -33,12 +33,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         install_gpufleet(c)
         for obj in manifests("deploy/admission/no-prebound-gpu-pods.yaml"):
             c.admin.create(obj)
-        c.admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANT_NS}})
-        c.wait_for_service_account(TENANT_NS)
-        c.admin.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                        "metadata": {"name": "tenant-edit", "namespace": TENANT_NS},
-                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-                        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": TENANT_NS}]})
+        add_tenant(c, TENANT_NS)
         create_all(c.admin, gpu_nodes(4, seed=3))
         probe = pod("probe", {"limits": {"nvidia.com/gpu": 1}}, node=a_node(c))
         # kube-apiserver loads a new policy from its informer, a moment after the create
@@ -61,14 +56,6 @@ def pod(name: str, resources: dict[str, Any], *, node: str | None = None, init: 
     if node:
         spec["nodeName"] = node
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": TENANT_NS}, "spec": spec}
-
-
-def refused_dry_run(client: KubeClient, obj: Obj) -> bool:
-    try:
-        client.create(obj, dry_run=True)
-    except ApiError:
-        return True
-    return False
 
 
 def a_node(cluster: Cluster) -> str:

@@ -24,8 +24,8 @@ import pytest
 from gpufleet.testing.cluster import ApiError, Cluster, KubeClient
 from gpufleet.testing.gpu_nodes import gpu_nodes
 
-from .cluster_kit import bound, create_all, install_gpufleet, manifests, scheduler_in_process, scheduler_kubeconfig, \
-    try_create, wait_for
+from .cluster_kit import add_tenant, bound, create_all, install_gpufleet, manifests, refused_dry_run, \
+    scheduler_in_process, scheduler_kubeconfig, try_create, wait_for
 
 POLICY = "gpufleet-queue-namespaces"
 QUEUE_LABEL = "gpufleet.io/queue"
@@ -64,12 +64,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with Cluster(tmp_path_factory.mktemp("queues") / "cluster") as c:
         install_gpufleet(c)
         for ns in ("team-a", "team-b"):
-            c.admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-            c.wait_for_service_account(ns)
-            c.admin.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                            "metadata": {"name": "tenant-edit", "namespace": ns},
-                            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-                            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}]})
+            add_tenant(c, ns)
         c.admin.create(queue("team-a", ["team-a"]))
         c.admin.create(queue("shared"))
         create_all(c.admin, gpu_nodes(2, seed=5))
@@ -77,16 +72,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             c.admin.create(obj)
         probes = [pod("probe", "team-b", "team-a"), non_preemptible(pod("probe", "team-b"))]
         # kube-apiserver loads a new policy (and its params) from its informers, a moment after the create
-        wait_for(lambda: all(_refused_dry_run(c.admin, p) for p in probes), 30, "the policies to be in force")
+        wait_for(lambda: all(refused_dry_run(c.admin, p) for p in probes), 30, "the policies to be in force")
         yield c
-
-
-def _refused_dry_run(client: KubeClient, obj: Obj) -> bool:
-    try:
-        client.create(obj, dry_run=True)
-    except ApiError:
-        return True
-    return False
 
 
 @pytest.fixture(scope="module")

@@ -345,7 +345,7 @@ class SchedulerService:
             profile = self._build_profile(specs)
             result = schedule(snapshot, specs, profile, now=wall,
                               rng=random.Random(self.settings.seed + self.cycles),
-                              queues=self.queue_state.context(self.cache.queues(), snapshot, specs, wall))
+                              queues=self.queue_state.context(tuple(queues.values()), snapshot, specs, wall))
             self.cycles += 1
             self.metrics.cycle.observe(time.monotonic() - started)
             nodes = {n.name: n for n in snapshot.cluster.nodes}
