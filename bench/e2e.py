@@ -15,6 +15,9 @@ Runs, each on its own fresh cluster:
   Timed as the scheduler runs are, from the first to the last bind the bench's watch sees
   (that watch runs in every run); the loop's own count over its own time is
   `loop_binds_per_s`;
+- raw-as-scheduler: the same loop as gpufleet's ServiceAccount under deploy/'s RBAC, each
+  Binding with the assignment annotation gpufleet writes, and a second watch of every pod as that
+  ServiceAccount: the requests and the watch of a scheduler that decided in no time;
 - kube-scheduler (v1.37, default profile) and gpufleet (`gpufleet scheduler`, the default
   profile, under the ServiceAccount and RBAC of deploy/):
   - batch: all pods created first, then the scheduler started: binds/s from the first to the
@@ -31,8 +34,14 @@ handlers. Prints a table;
 with --json the last line is one JSON object (the 5,000-node unthrottled figures at its top
 level when those ran, every run under "runs").
 
+--split-cpus runs the control plane on CPU 0 and everything else on CPU 1, so that a
+scheduler's own CPU is not taken from the API server (as on a node of its own);
+--apiserver-pprof DIR keeps kube-apiserver's CPU profile of each batch run's first seconds of
+binding.
+
     .venv/bin/python bench/e2e.py [--nodes 1000,5000] [--pods 10000] [--rate 50 --rate-pods 3000]
-        [--budgets unthrottled,throttled] [--schedulers raw,kube-scheduler,gpufleet] [--modes batch,rate] [--json]
+        [--budgets unthrottled,throttled] [--schedulers raw,raw-as-scheduler,kube-scheduler,gpufleet]
+        [--modes batch,rate] [--split-cpus] [--apiserver-pprof DIR] [--json]
 """
 
 from __future__ import annotations
@@ -77,6 +86,10 @@ H100 = next(s for s in SHAPES if s.name == "p5.48xlarge")
 SIZES = ((1, 0.55), (2, 0.2), (4, 0.15), (8, 0.1))
 """GPUs per pod and their shares: mean 2.35 GPUs."""
 Obj = dict[str, Any]
+SPLIT_CPUS = False
+"""Set by --split-cpus."""
+PPROF_SECONDS = 8.0
+"""Of binding profiled with --apiserver-pprof: within every batch run here (10,000 pods at 500-1,000/s)."""
 
 
 def nodes(n: int) -> list[Obj]:
@@ -317,6 +330,35 @@ class ServerLoad:
                 "bind_handler_ms": round(1000 * binding / max(delta.get("POST pods binding", 0.0), 1), 2)}
 
 
+class ApiserverProfile:
+    """kube-apiserver's own CPU profile (Go's pprof, `/debug/pprof/profile`) over `seconds` from
+    the first bind the bench's watch sees, written to `out`: where its CPU per bind goes, read
+    with `go tool pprof -top`."""
+
+    def __init__(self, ep: Endpoint, watcher: Watcher, out: Path, seconds: float) -> None:
+        self._ep, self._watcher, self._out, self._seconds = ep, watcher, out, seconds
+        self._thread = threading.Thread(target=self._take, daemon=True)
+        self._thread.start()
+
+    def _take(self) -> None:
+        while not self._watcher.bound:
+            time.sleep(0.02)
+        client = self._ep.client(1)
+        try:
+            r = client.get("/debug/pprof/profile", params={"seconds": f"{self._seconds:g}"},
+                           timeout=self._seconds + 30)
+            r.raise_for_status()
+            self._out.parent.mkdir(parents=True, exist_ok=True)
+            self._out.write_bytes(r.content)
+        except httpx2.HTTPError as exc:
+            print(f"{self._out.name}: no profile: {exc}", file=sys.stderr, flush=True)
+        finally:
+            client.close()
+
+    def join(self) -> None:
+        self._thread.join(self._seconds + 60)
+
+
 def untaint_nodes(ep: Endpoint, n: int) -> None:
     """kube-apiserver's TaintNodesByCondition admission taints every new node
     `node.kubernetes.io/not-ready:NoSchedule`; the node-lifecycle controller (off here) lifts it from
@@ -338,9 +380,27 @@ def untaint_nodes(ep: Endpoint, n: int) -> None:
 # --- one run
 
 
-def fresh_cluster(tmp: Path, name: str, n_nodes: int) -> tuple[Cluster, Endpoint]:
-    c = Cluster(tmp / name, ClusterOptions(audit=False, node_lifecycle=False))
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of process `pid` onto `cpus`; the threads and processes it starts later inherit them."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except ProcessLookupError:
+            pass  # a thread that ended meanwhile
+
+
+SPLIT = {"control plane": {0}, "clients": {1}}
+"""--split-cpus: the control plane on one CPU, the scheduler (or the raw loop) and the bench on the other."""
+
+
+def fresh_cluster(tmp: Path, name: str, n_nodes: int, profiling: bool = False) -> tuple[Cluster, Endpoint]:
+    c = Cluster(tmp / name, ClusterOptions(audit=False, node_lifecycle=False,
+                                           extra_apiserver_args=["--profiling=true"] if profiling else []))
     c.start()
+    if SPLIT_CPUS:
+        for component in (*COMPONENTS, "kwok"):
+            pin(c.component(component).pid or 0, SPLIT["control plane"])
+        pin(os.getpid(), SPLIT["clients"])
     admin = c.admin
     for path in ("deploy/namespace.yaml", "deploy/crds/podgroups.scheduling.x-k8s.io.yaml",
                  "deploy/crds/queues.gpufleet.io.yaml", "deploy/scheduler/rbac.yaml"):
@@ -386,13 +446,14 @@ def cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
 
 
 def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, rate: float, tmp: Path,
-                  profile: Path, extra: list[str]) -> Obj:
+                  profile: Path, extra: list[str], pprof: Path | None = None) -> Obj:
     name = f"{which}-{mode}-{n_nodes}-{'q' if qps else 'u'}"
     scheduler_name = "default-scheduler" if which == "kube-scheduler" else "gpufleet"
-    c, ep = fresh_cluster(tmp, name, n_nodes)
+    c, ep = fresh_cluster(tmp, name, n_nodes, profiling=pprof is not None)
     try:
         work = pods(n_pods, scheduler_name)
         watcher = Watcher(ep)
+        profiler = ApiserverProfile(ep, watcher, pprof / f"{name}.pprof", PPROF_SECONDS) if pprof else None
         pod_path = "/api/v1/namespaces/default/pods"
         if mode == "batch":
             create_all(ep, work, pod_path)
@@ -419,6 +480,8 @@ def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, 
             time.sleep(1)
             cpu = cpu_seconds(proc)
             server = load.per_bind(sorted(watcher.bound.values()))
+            if profiler:
+                profiler.join()
         finally:
             proc.terminate()
             proc.wait(30)
@@ -512,12 +575,16 @@ def _bind_job(client: Connections, job: tuple[str, str, str]) -> None:
     bind(client, *job)
 
 
-def raw_run(n_nodes: int, n_pods: int, tmp: Path, *, as_scheduler: bool = False) -> Obj:
+def raw_run(n_nodes: int, n_pods: int, tmp: Path, *, as_scheduler: bool = False, pprof: Path | None = None,
+            in_flight: int = 32, watches: int | None = None) -> Obj:
     """The raw loop as the cluster admin, plain Bindings; or (`as_scheduler`) as gpufleet's
     ServiceAccount under deploy/'s RBAC, each Binding with the assignment annotation gpufleet would
-    write: the same requests a scheduler that decided in no time would send."""
+    write, and a second watch of every pod as that ServiceAccount (the scheduler's own): the requests
+    and the watch of a scheduler that decided in no time. `watches`: of every pod, the bench's
+    included (default 1, or 2 as the scheduler)."""
+    watches = watches or (2 if as_scheduler else 1)
     name = "raw-as-scheduler" if as_scheduler else "raw"
-    c, ep = fresh_cluster(tmp, f"{name}-{n_nodes}", n_nodes)
+    c, ep = fresh_cluster(tmp, f"{name}-{n_nodes}", n_nodes, profiling=pprof is not None)
     try:
         work = pods(n_pods, "nobody")
         create_all(ep, work, "/api/v1/namespaces/default/pods")
@@ -539,19 +606,26 @@ def raw_run(n_nodes: int, n_pods: int, tmp: Path, *, as_scheduler: bool = False)
         binder = Endpoint(c.url, c.service_account_token("gpufleet-system", "gpufleet-scheduler"), ep.ca) \
             if as_scheduler else ep
         watcher = Watcher(ep)  # watching as in the scheduler runs: the same load on the server
+        more = [Watcher(binder) for _ in range(watches - 1)]  # as a scheduler's own watch of every pod
+        profiler = ApiserverProfile(ep, watcher, pprof / f"{name}-{n_nodes}.pprof", PPROF_SECONDS) if pprof else None
         try:
             load = ServerLoad(c, ep)
-            seconds = as_fast_as_possible(binder, _bind_job, jobs, client_for=Connections)
+            seconds = as_fast_as_possible(binder, _bind_job, jobs, processes=max(in_flight // 8, 1),
+                                          client_for=Connections)
             watcher.wait(len(jobs), timeout_s=120, what="raw")
             time.sleep(1)
             server = load.per_bind(sorted(watcher.bound.values()))
+            if profiler:
+                profiler.join()
         finally:
-            watcher.stop()
+            for w in (watcher, *more):
+                w.stop()
         times = sorted(watcher.bound.values())
         return {"scheduler": name, "mode": "batch", "nodes": n_nodes, "pods": len(jobs),
                 "binds_per_s": round((len(times) - 1) / (times[-1] - times[0]), 1),
                 "binds_per_s_by_second": by_second(times),
-                "loop_binds_per_s": round(len(jobs) / seconds, 1), **server}
+                "loop_binds_per_s": round(len(jobs) / seconds, 1), "in_flight": 8 * max(in_flight // 8, 1),
+                "watches": watches, "seen_bound_by_each_watch": [len(w.bound) for w in (watcher, *more)], **server}
     finally:
         c.stop()
 
@@ -569,8 +643,25 @@ def main() -> int:
     parser.add_argument("--profile", default="default", help="gpufleet's profile: a shipped name or a YAML file")
     parser.add_argument("--gpufleet-args", default="",
                         help="more flags for `gpufleet scheduler`, space-separated (e.g. \"--workers 32\")")
+    parser.add_argument("--apiserver-pprof", type=Path, metavar="DIR",
+                        help=f"write kube-apiserver's CPU profile of each batch run's first {PPROF_SECONDS:g} s of "
+                             "binding to DIR/<run>.pprof (read with `go tool pprof -top`)")
+    parser.add_argument("--split-cpus", action="store_true",
+                        help="run the control plane on CPU 0 and everything else (the scheduler or the raw loop, the "
+                             "bench's watch) on CPU 1: a scheduler that takes no CPU from the API server, as on its "
+                             "own node")
+    parser.add_argument("--raw-in-flight", type=int, default=32,
+                        help="Bindings in flight in the raw runs, 8 threads per process (default 32)")
+    parser.add_argument("--raw-watches", type=int,
+                        help="watches of every pod during the raw runs, the bench's included (default 1 for raw, "
+                             "2 for raw-as-scheduler: the bench's and the scheduler's)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.split_cpus:
+        if (os.cpu_count() or 1) < 2:
+            parser.error("--split-cpus: needs two CPUs")
+        global SPLIT_CPUS
+        SPLIT_CPUS = True
     profile = Path(args.profile) if args.profile.endswith((".yaml", ".yml")) else PROFILES / f"{args.profile}.yaml"
     if not profile.is_file():
         parser.error(f"--profile: no such profile {args.profile!r} ({profile})")
@@ -582,7 +673,9 @@ def main() -> int:
         for n_nodes in (int(x) for x in args.nodes.split(",")):
             for which in args.schedulers.split(","):
                 if which in ("raw", "raw-as-scheduler"):
-                    runs.append(raw_run(n_nodes, args.pods, tmp, as_scheduler=which == "raw-as-scheduler"))
+                    runs.append(raw_run(n_nodes, args.pods, tmp, as_scheduler=which == "raw-as-scheduler",
+                                        pprof=args.apiserver_pprof, in_flight=args.raw_in_flight,
+                                        watches=args.raw_watches))
                     print(_line(runs[-1]), flush=True)
                     continue
                 for budget in args.budgets.split(","):
@@ -590,11 +683,13 @@ def main() -> int:
                         (tmp / f"{which}-{mode}-{n_nodes}-{'q' if budgets[budget] else 'u'}").mkdir()
                         n_pods = args.rate_pods if mode == "rate" else args.pods
                         runs.append(scheduler_run(which, mode, n_nodes, n_pods, budgets[budget], args.rate, tmp,
-                                                  profile, args.gpufleet_args.split() if which == "gpufleet" else []))
+                                                  profile, args.gpufleet_args.split() if which == "gpufleet" else [],
+                                                  args.apiserver_pprof if mode == "batch" else None))
                         print(_line(runs[-1]), flush=True)
         c_versions = read_versions().as_dict()
     result: Obj = {"machine": f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
                    "control_plane": c_versions, "profile": args.profile, "pods": args.pods, "rate_per_s": args.rate,
+                   "split_cpus": args.split_cpus,
                    "runs": runs}
     result.update(headline(runs, max(int(x) for x in args.nodes.split(","))))
     if args.json:
@@ -620,7 +715,10 @@ def headline(runs: list[Obj], nodes: int) -> Obj:
     raw_sa = find("raw-as-scheduler", "batch")
     raw, gb, kb, gr, kr = find("raw", "batch"), find("gpufleet", "batch"), find("kube-scheduler", "batch"), \
         find("gpufleet", "rate"), find("kube-scheduler", "rate")
+    def share(a: Obj, b: Obj) -> float | None:
+        return round(100 * a["binds_per_s"] / b["binds_per_s"], 1) if a and b else None
     return {"nodes": nodes, "raw_binds_per_s": raw.get("binds_per_s"),
+            "gpufleet_pct_of_raw": share(gb, raw), "gpufleet_pct_of_raw_as_scheduler": share(gb, raw_sa),
             "raw_as_scheduler_binds_per_s": raw_sa.get("binds_per_s"),
             "gpufleet_binds_per_s": gb.get("binds_per_s"), "kube_scheduler_binds_per_s": kb.get("binds_per_s"),
             "gpufleet_p99_ms": gr.get("p99_ms"), "kube_scheduler_p99_ms": kr.get("p99_ms"),
