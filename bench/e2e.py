@@ -17,7 +17,8 @@ Runs, each on its own fresh cluster:
   `loop_binds_per_s`;
 - raw-as-scheduler: the same loop as gpufleet's ServiceAccount under deploy/'s RBAC, each
   Binding with the assignment annotation gpufleet writes, and a second watch of every pod as that
-  ServiceAccount: the requests and the watch of a scheduler that decided in no time;
+  ServiceAccount (read, not decoded): the requests and the watch of a scheduler that decided in
+  no time;
 - kube-scheduler (v1.37, default profile) and gpufleet (`gpufleet scheduler`, the default
   profile, under the ServiceAccount and RBAC of deploy/):
   - batch: all pods created first, then the scheduler started: binds/s from the first to the
@@ -52,6 +53,7 @@ import json
 import multiprocessing
 import os
 import platform
+import queue
 import random
 import signal
 import ssl
@@ -187,6 +189,59 @@ def _watch(ep: Endpoint, out: Any) -> None:
             print(f"watch: {type(exc).__name__}: {exc}; resuming", file=sys.stderr, flush=True)
             time.sleep(0.1)  # a refused connection: not a busy loop
         out.put(("", time.monotonic()))
+
+
+def _bare_watch(ep: Endpoint, out: Any, ready: Any) -> None:
+    """In a child process: what a scheduler's watch of every pod costs the server, at the least CPU
+    a client can spend on it: one LIST for its resourceVersion (as an informer starts), then the
+    watch from there on an `http.client` connection, its body read and each line showing a bound
+    pod counted, none decoded. Puts how many more it saw after each read that saw some."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as in `_watch`
+    url = urlsplit(ep.url)
+    conn = http.client.HTTPSConnection(url.hostname or "127.0.0.1", url.port or 443,
+                                       context=ssl.create_default_context(cafile=ep.ca), timeout=60)
+    headers = {"Authorization": f"Bearer {ep.token}"}
+    path = "/api/v1/namespaces/default/pods"
+    conn.request("GET", path, headers=headers)
+    r = conn.getresponse()
+    rv = json.loads(r.read())["metadata"]["resourceVersion"]
+    conn.request("GET", f"{path}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}", headers=headers)
+    r = conn.getresponse()
+    if r.status != 200:
+        raise SystemExit(f"bare watch: {r.status} {r.read()[:200]!r}")
+    ready.set()
+    tail = b""
+    while chunk := r.read1(65536):
+        *lines, tail = (tail + chunk).split(b"\n")
+        seen = sum(1 for line in lines if b'"nodeName":"' in line)
+        if seen:
+            out.put(seen)
+
+
+class BareWatcher:
+    """`_bare_watch` in a child process: how many bound pods it has seen."""
+
+    def __init__(self, ep: Endpoint) -> None:
+        self._queue: multiprocessing.Queue[int] = multiprocessing.Queue()
+        ready = multiprocessing.Event()
+        self._proc = multiprocessing.Process(target=_bare_watch, args=(ep, self._queue, ready), daemon=True)
+        self._proc.start()
+        if not ready.wait(60):
+            self.stop()
+            raise SystemExit("bare watch: not watching after 60 s")
+        self.seen = 0
+
+    def count(self, settle_s: float = 1.0) -> int:
+        """Bound pods seen, once none more came for `settle_s`."""
+        while True:
+            try:
+                self.seen += self._queue.get(timeout=settle_s)
+            except queue.Empty:
+                return self.seen
+
+    def stop(self) -> None:
+        self._proc.kill()
+        self._proc.join(10)
 
 
 class Watcher:
@@ -579,8 +634,8 @@ def raw_run(n_nodes: int, n_pods: int, tmp: Path, *, as_scheduler: bool = False,
             in_flight: int = 32, watches: int | None = None) -> Obj:
     """The raw loop as the cluster admin, plain Bindings; or (`as_scheduler`) as gpufleet's
     ServiceAccount under deploy/'s RBAC, each Binding with the assignment annotation gpufleet would
-    write, and a second watch of every pod as that ServiceAccount (the scheduler's own): the requests
-    and the watch of a scheduler that decided in no time. `watches`: of every pod, the bench's
+    write, and a second watch of every pod as that ServiceAccount (the scheduler's own, read but not
+    decoded: `_bare_watch`): the requests and the watch of a scheduler that decided in no time. `watches`: of every pod, the bench's
     included (default 1, or 2 as the scheduler)."""
     watches = watches or (2 if as_scheduler else 1)
     name = "raw-as-scheduler" if as_scheduler else "raw"
@@ -606,7 +661,7 @@ def raw_run(n_nodes: int, n_pods: int, tmp: Path, *, as_scheduler: bool = False,
         binder = Endpoint(c.url, c.service_account_token("gpufleet-system", "gpufleet-scheduler"), ep.ca) \
             if as_scheduler else ep
         watcher = Watcher(ep)  # watching as in the scheduler runs: the same load on the server
-        more = [Watcher(binder) for _ in range(watches - 1)]  # as a scheduler's own watch of every pod
+        more = [BareWatcher(binder) for _ in range(watches - 1)]  # as a scheduler's own watch of every pod
         profiler = ApiserverProfile(ep, watcher, pprof / f"{name}-{n_nodes}.pprof", PPROF_SECONDS) if pprof else None
         try:
             load = ServerLoad(c, ep)
@@ -617,6 +672,7 @@ def raw_run(n_nodes: int, n_pods: int, tmp: Path, *, as_scheduler: bool = False,
             server = load.per_bind(sorted(watcher.bound.values()))
             if profiler:
                 profiler.join()
+            seen = [len(watcher.bound), *(w.count() for w in more)]
         finally:
             for w in (watcher, *more):
                 w.stop()
@@ -625,7 +681,7 @@ def raw_run(n_nodes: int, n_pods: int, tmp: Path, *, as_scheduler: bool = False,
                 "binds_per_s": round((len(times) - 1) / (times[-1] - times[0]), 1),
                 "binds_per_s_by_second": by_second(times),
                 "loop_binds_per_s": round(len(jobs) / seconds, 1), "in_flight": 8 * max(in_flight // 8, 1),
-                "watches": watches, "seen_bound_by_each_watch": [len(w.bound) for w in (watcher, *more)], **server}
+                "watches": watches, "seen_bound_by_each_watch": seen, **server}
     finally:
         c.stop()
 
