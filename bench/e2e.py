@@ -454,7 +454,10 @@ def fresh_cluster(tmp: Path, name: str, n_nodes: int, profiling: bool = False) -
     c.start()
     if SPLIT_CPUS:
         for component in (*COMPONENTS, "kwok"):
-            pin(c.component(component).pid or 0, SPLIT["control plane"])
+            pid = c.component(component).pid
+            if pid is None:
+                raise SystemExit(f"--split-cpus: {component} is not running")
+            pin(pid, SPLIT["control plane"])
         pin(os.getpid(), SPLIT["clients"])
     admin = c.admin
     for path in ("deploy/namespace.yaml", "deploy/crds/podgroups.scheduling.x-k8s.io.yaml",
@@ -635,8 +638,9 @@ def raw_run(n_nodes: int, n_pods: int, tmp: Path, *, as_scheduler: bool = False,
     """The raw loop as the cluster admin, plain Bindings; or (`as_scheduler`) as gpufleet's
     ServiceAccount under deploy/'s RBAC, each Binding with the assignment annotation gpufleet would
     write, and a second watch of every pod as that ServiceAccount (the scheduler's own, read but not
-    decoded: `_bare_watch`): the requests and the watch of a scheduler that decided in no time. `watches`: of every pod, the bench's
-    included (default 1, or 2 as the scheduler)."""
+    decoded: `_bare_watch`): the requests and the watch of a scheduler that decided in no time.
+    `watches`: of every pod, the bench's included (default 1, or 2 as the scheduler); `in_flight`:
+    Bindings at once, 8 threads per process."""
     watches = watches or (2 if as_scheduler else 1)
     name = "raw-as-scheduler" if as_scheduler else "raw"
     c, ep = fresh_cluster(tmp, f"{name}-{n_nodes}", n_nodes, profiling=pprof is not None)
@@ -661,11 +665,13 @@ def raw_run(n_nodes: int, n_pods: int, tmp: Path, *, as_scheduler: bool = False,
         binder = Endpoint(c.url, c.service_account_token("gpufleet-system", "gpufleet-scheduler"), ep.ca) \
             if as_scheduler else ep
         watcher = Watcher(ep)  # watching as in the scheduler runs: the same load on the server
-        more = [BareWatcher(binder) for _ in range(watches - 1)]  # as a scheduler's own watch of every pod
-        profiler = ApiserverProfile(ep, watcher, pprof / f"{name}-{n_nodes}.pprof", PPROF_SECONDS) if pprof else None
+        more: list[BareWatcher] = []
         try:
+            more += [BareWatcher(binder) for _ in range(watches - 1)]  # as a scheduler's own watch of every pod
+            profiler = ApiserverProfile(ep, watcher, pprof / f"{name}-{n_nodes}.pprof", PPROF_SECONDS) \
+                if pprof else None
             load = ServerLoad(c, ep)
-            seconds = as_fast_as_possible(binder, _bind_job, jobs, processes=max(in_flight // 8, 1),
+            seconds = as_fast_as_possible(binder, _bind_job, jobs, processes=in_flight // 8,
                                           client_for=Connections)
             watcher.wait(len(jobs), timeout_s=120, what="raw")
             time.sleep(1)
@@ -680,7 +686,7 @@ def raw_run(n_nodes: int, n_pods: int, tmp: Path, *, as_scheduler: bool = False,
         return {"scheduler": name, "mode": "batch", "nodes": n_nodes, "pods": len(jobs),
                 "binds_per_s": round((len(times) - 1) / (times[-1] - times[0]), 1),
                 "binds_per_s_by_second": by_second(times),
-                "loop_binds_per_s": round(len(jobs) / seconds, 1), "in_flight": 8 * max(in_flight // 8, 1),
+                "loop_binds_per_s": round(len(jobs) / seconds, 1), "in_flight": in_flight,
                 "watches": watches, "seen_bound_by_each_watch": seen, **server}
     finally:
         c.stop()
@@ -713,6 +719,10 @@ def main() -> int:
                              "2 for raw-as-scheduler: the bench's and the scheduler's)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.raw_in_flight < 8 or args.raw_in_flight % 8:
+        parser.error(f"--raw-in-flight: a positive multiple of 8 (8 threads per process), got {args.raw_in_flight}")
+    if args.raw_watches is not None and args.raw_watches < 1:
+        parser.error(f"--raw-watches: at least 1 (the bench's own), got {args.raw_watches}")
     if args.split_cpus:
         if (os.cpu_count() or 1) < 2:
             parser.error("--split-cpus: needs two CPUs")
