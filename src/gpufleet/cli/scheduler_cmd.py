@@ -87,7 +87,7 @@ def add_parser(subparsers: Any) -> None:
                    help="address the dashboard listens on (default 127.0.0.1: reach it with kubectl port-forward)")
     p.add_argument("--qps", type=finite_float, default=50.0, help="client request budget per second, 0 = unlimited")
     p.add_argument("--burst", type=positive_int, default=100)
-    p.add_argument("--workers", type=positive_int, default=64, help="binder threads (requests in flight)")
+    p.add_argument("--workers", type=positive_int, default=16, help="binder threads (requests in flight)")
     p.add_argument("--api-timeout", type=finite_float, default=10.0,
                    help="seconds one API request may take (default 10)")
     p.add_argument("--assign-with", choices=["binding", "patch"], default="binding",

@@ -92,7 +92,7 @@ def status_is(obj: Obj, reason: str, message: str, nominated: str | None = None)
 
 class Binder:
     def __init__(self, rest: Rest, cache: SchedulerCache, bucket: TokenBucket, retrier: Retrier,
-                 events: EventRecorder, metrics: Metrics, *, workers: int = 64, assign: str = "binding",
+                 events: EventRecorder, metrics: Metrics, *, workers: int = 16, assign: str = "binding",
                  clock: Callable[[], float] = time.monotonic, keys: KeyDir | None = None) -> None:
         if assign not in ("binding", "patch"):
             raise ValueError(f"assign must be 'binding' or 'patch', got {assign!r}")

@@ -80,7 +80,7 @@ class ServiceSettings:
     qps: float = 50.0
     """Client-side budget for binds, status writes and evictions (kube-scheduler's default)."""
     burst: int = 100
-    workers: int = 64
+    workers: int = 16
     """Binder threads: requests in flight at once."""
     assign: str = "binding"
     """How the assignment annotation reaches the pod: in the Binding (one request) or by a
