@@ -197,9 +197,7 @@ def _bare_watch(ep: Endpoint, out: Any, ready: Any) -> None:
     watch from there on an `http.client` connection, its body read and each line showing a bound
     pod counted, none decoded. Puts how many more it saw after each read that saw some."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as in `_watch`
-    url = urlsplit(ep.url)
-    conn = http.client.HTTPSConnection(url.hostname or "127.0.0.1", url.port or 443,
-                                       context=ssl.create_default_context(cafile=ep.ca), timeout=60)
+    conn = Connections(ep).connect()
     headers = {"Authorization": f"Bearer {ep.token}"}
     path = "/api/v1/namespaces/default/pods"
     conn.request("GET", path, headers=headers)
@@ -577,10 +575,14 @@ class Connections:
         url = urlsplit(ep.url)
         self._host, self._port = url.hostname or "127.0.0.1", url.port or 443
 
+    def connect(self) -> http.client.HTTPSConnection:
+        """A new connection (opened at its first request)."""
+        return http.client.HTTPSConnection(self._host, self._port, context=self._ctx, timeout=60)
+
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._local.conn = http.client.HTTPSConnection(self._host, self._port, context=self._ctx, timeout=60)
+            conn = self._local.conn = self.connect()
         conn.request("POST", path, body=body, headers={"Authorization": f"Bearer {self._ep.token}",
                                                         "Content-Type": "application/json"})
         r = conn.getresponse()
