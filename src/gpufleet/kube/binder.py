@@ -21,9 +21,7 @@ Per bind, each request taking a token of the client's `TokenBucket`:
 a bind that still fails returns the pod to the queue. The cache learns each outcome.
 
 Status writes (PodScheduled=False, reason Unschedulable, the core's message, no
-nominatedNodeName), evictions and PodGroup status go through the same threads and budget.
-Binds and evictions go first (`WorkPool`): while both are waiting, a status write gets one
-start in eight, so the pods that fit are not bound behind the writes for those that do not.
+nominatedNodeName), evictions and PodGroup status go through the same pool and budget.
 The status writes of one object (pod, PodGroup, Queue) land in the order they were asked
 for: one at a time per object, and a write that a newer one for the same object overtook in
 the queue is dropped (`_InOrder`). Without that, a slow or retried old write (a pod's
@@ -41,7 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Mapping, TypeVar
 
 from gpufleet.kube.cache import SchedulerCache
@@ -53,7 +51,6 @@ from gpufleet.kube.ratelimit import TokenBucket
 from gpufleet.kube.rest import STRATEGIC, Rest, path
 from gpufleet.kube.retry import Retrier
 from gpufleet.kube.translate import assignment, meta, pod_claims
-from gpufleet.kube.workpool import WorkPool
 from gpufleet.model.assignment_auth import SIGNATURE_ANNOTATION, KeyDir, sign
 from gpufleet.model import NodeInfo, Placement
 from gpufleet.model import annotations as ann
@@ -104,7 +101,7 @@ class Binder:
         self._events, self._metrics, self._clock = events, metrics, clock
         self._keys = keys
         """Signs each assignment for its pod (`model.assignment_auth`); None: unsigned."""
-        self._pool = WorkPool(workers, name="bind")
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
         self._binding = 0
         """Binds submitted and not finished."""
         self._count = threading.Lock()
@@ -284,7 +281,7 @@ class Binder:
               event: str | None = "Preempted") -> Future[bool]:
         """Evict through the Eviction API; on success record a Normal event `event` (None: the
         caller records its own, as the fault follower does)."""
-        return self._pool.submit(lambda: self._evict(key, obj, why, attempts, event), urgent=True)
+        return self._pool.submit(self._evict, key, obj, why, attempts, event)
 
     def _evict(self, key: str, obj: Obj, why: str, attempts: int, event: str | None) -> bool:
         """POST pods/{name}/eviction; a 429 (a PodDisruptionBudget says not now) waits and retries."""
@@ -345,7 +342,7 @@ class _InOrder:
     last would stay. A write that is not droppable (a pod's bind) always runs, after the
     object's write in flight; the status writes queued before it are dropped."""
 
-    def __init__(self, pool: WorkPool) -> None:
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
         self._pool = pool
         self._lock = threading.Lock()
         self._latest: dict[str, tuple[int, threading.Lock]] = {}
@@ -359,8 +356,7 @@ class _InOrder:
             number = self._count
             found = self._latest.get(key)
             self._latest[key] = (number, found[1] if found else threading.Lock())
-        # a write that is not droppable (a bind) is urgent: it goes ahead of the status writes
-        return self._pool.submit(lambda: self._run(key, number, write, droppable), urgent=not droppable)
+        return self._pool.submit(self._run, key, number, write, droppable)
 
     def _run(self, key: str, number: int, write: Callable[[], bool], droppable: bool) -> bool:
         with self._lock:

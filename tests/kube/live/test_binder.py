@@ -256,21 +256,3 @@ def test_a_status_write_queued_before_the_pods_bind_is_dropped() -> None:
     binder.close()
     events.close()
     assert rest.order == ["status b", "bind a"]
-
-
-def test_a_bind_goes_ahead_of_other_pods_status_writes_queued_before_it() -> None:
-    """The pods that fit are not bound behind the PodScheduled=False writes for those that do not."""
-    rest = OrderedRest()
-    binder, events = binder_on(rest, workers=1)
-    binder._cache.upsert_node(gpu_node())
-    binder._cache.upsert_pod(pod("a", limits={"nvidia.com/gpu": 1}))
-    other = binder.mark_unschedulable("ns/b", pod("b", limits={"nvidia.com/gpu": 1}), "busy")  # holds the worker
-    assert rest.started.wait(10)
-    queued = [binder.mark_unschedulable(f"ns/{name}", pod(name), "0/1 nodes are available: 1 Insufficient GPU.")
-              for name in ("c", "d")]
-    bound = bind_a(binder)
-    rest.release.set()
-    assert other.result(10) and bound.result(10) and all(f.result(10) for f in queued)
-    binder.close()
-    events.close()
-    assert rest.order == ["status b", "bind a", "status c", "status d"]
