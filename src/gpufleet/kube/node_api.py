@@ -41,10 +41,12 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 from lightkube.types import PatchType
 
 from gpufleet.kube import node_patch, slice_sync
+from gpufleet.kube.decoders import build_decoders
 from gpufleet.kube.events import event_body
 from gpufleet.kube.retry import Retrier, RetryPolicy
 
 log = logging.getLogger(__name__)
+build_decoders(Node, NodeStatus, Pod, Event, ResourceClaim, ResourceSlice)  # before the agent's threads decode them
 AGENT_CONTROLLER = "gpufleet.io/agent"
 
 

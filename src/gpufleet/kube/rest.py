@@ -28,6 +28,7 @@ from lightkube.config import client_adapter
 from lightkube.core.exceptions import ApiError
 
 from gpufleet.kube.config import SCHEDULER_FIELD_MANAGER, ApiConfig
+from gpufleet.kube.decoders import build_decoders
 from gpufleet.kube.keepalive import KeepAlive, Reply
 from gpufleet.kube.tls import settle
 
@@ -152,6 +153,7 @@ def _events(pieces: Iterator[bytes]) -> Iterator[Obj]:
         yield _decode(tail)
 
 
+build_decoders()  # before threads raise lightkube's ApiError, which decodes a Status
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(dict[str, Any]).decode
 """msgspec's JSON codec: the same dicts as the json module's, in a third of the time (a watch of
