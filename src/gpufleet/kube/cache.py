@@ -238,7 +238,12 @@ class SchedulerCache:
             elif m.get("deletionTimestamp"):
                 pass  # being deleted before it was bound: nothing to schedule
             elif (obj.get("spec") or {}).get("schedulerName") == self.scheduler_name:
-                now_pending = self._make_pending(key, obj, seen)
+                if before is not None and translate.same_pod_spec(before.obj, obj):
+                    # a status update, such as our own PodScheduled=False echoing back: it asks
+                    # what it asked, so what was read from it holds (one echo per pod that fits nowhere)
+                    now_pending = dataclasses.replace(before, obj=obj)
+                else:
+                    now_pending = self._make_pending(key, obj, seen)
                 self._pending[key] = now_pending
                 relevant = before is None or (before.spec, before.error, before.gated) != (
                     now_pending.spec, now_pending.error, now_pending.gated)
