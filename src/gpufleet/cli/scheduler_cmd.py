@@ -61,6 +61,8 @@ from gpufleet.cli.main import UsageError, finite_float, port, positive_int, rand
 
 _DEFRAG = DefragSettings()
 """`--defrag`'s defaults."""
+SWITCH_INTERVAL_S = 0.001
+"""The scheduler process's GIL switch interval (`ServiceSettings.switch_interval_s`)."""
 
 
 def add_parser(subparsers: Any) -> None:
@@ -87,7 +89,7 @@ def add_parser(subparsers: Any) -> None:
                    help="address the dashboard listens on (default 127.0.0.1: reach it with kubectl port-forward)")
     p.add_argument("--qps", type=finite_float, default=50.0, help="client request budget per second, 0 = unlimited")
     p.add_argument("--burst", type=positive_int, default=100)
-    p.add_argument("--workers", type=positive_int, default=16, help="binder threads (requests in flight)")
+    p.add_argument("--workers", type=positive_int, default=64, help="binder threads (requests in flight)")
     p.add_argument("--api-timeout", type=finite_float, default=10.0,
                    help="seconds one API request may take (default 10)")
     p.add_argument("--assign-with", choices=["binding", "patch"], default="binding",
@@ -243,6 +245,7 @@ def _run(args: argparse.Namespace) -> int:
         else identity, qps=args.qps, burst=args.burst, workers=args.workers, leader_election=lease,
         assign=args.assign_with, faults=faults, karpenter=karpenter, assignment_keys=args.assignment_keys,
         mig_repartition=args.mig_repartition, defrag=defrag, full_gc_interval_s=60.0,
+        switch_interval_s=SWITCH_INTERVAL_S,
         dra_drivers=tuple(d.strip() for d in args.dra_drivers.split(",") if d.strip())))
     try:
         http = HealthServer(args.http_port, service.metrics, service.ready, service.leading).start()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -80,8 +81,9 @@ class ServiceSettings:
     qps: float = 50.0
     """Client-side budget for binds, status writes and evictions (kube-scheduler's default)."""
     burst: int = 100
-    workers: int = 16
-    """Binder threads: requests in flight at once."""
+    workers: int = 64
+    """Binder threads: requests in flight at once (kube-apiserver spends less CPU per bind the
+    more it has in flight; docs/decisions.md)."""
     assign: str = "binding"
     """How the assignment annotation reaches the pod: in the Binding (one request) or by a
     PATCH before it ("patch", for API servers that do not copy a Binding's annotations)."""
@@ -117,6 +119,12 @@ class ServiceSettings:
     then one every this many seconds, each freezing what survives. None: Python's own schedule
     (which stalls a process holding a big cluster for a quarter second every few thousand pod
     updates). The command sets 60."""
+    switch_interval_s: float | None = None
+    """How long a thread may hold the GIL while others wait for it (`sys.setswitchinterval`),
+    set when `run` starts. The binder's threads only wait on the API server, but each needs the
+    GIL back to read its reply and send the next request; while a cycle or the watch's decoding
+    holds it, each gets it only at the end of an interval. None: Python's 5 ms. The command
+    sets 1 ms (docs/decisions.md)."""
     dra_drivers: tuple[str, ...] = ()
     """The DRA drivers whose pools gpufleet allocates devices from (`*`: every driver). Empty:
     none, so a claim can only be placed once someone else allocated it. Two allocators on one
@@ -278,6 +286,8 @@ class SchedulerService:
     # -- the loop ---------------------------------------------------------------------------
     def run(self, *, until: Callable[[], bool] = lambda: False) -> None:
         """Cycle until `stop()` (or `until()`); returns with binds possibly still in flight."""
+        if self.settings.switch_interval_s is not None:
+            sys.setswitchinterval(self.settings.switch_interval_s)
         self.start()
         while not self.stop_event.is_set() and not self.synced():
             self.stop_event.wait(0.05)
