@@ -6,15 +6,14 @@ once crash the process (a segmentation fault, not an exception): the live schedu
 in about forty runs when several informers met their first error reply together and each built
 lightkube's `ApiError` (its `Status`). Eight threads converting one model at once, with a 1 µs
 GIL switch interval, crashed 32 of 40 processes for `Status` and 18 of 20 for `Node`, and none
-once the type had been decoded before (tests/kube/test_decoders.py). So each module that decodes these types from
-threads builds them at import, in one thread.
+once the type had been decoded before (tests/kube/test_decoders.py). So each module that
+decodes these types from threads builds them at import, in one thread. The info is the type's,
+whichever way it is later decoded (`from_dict`, or JSON as lightkube's client does).
 """
 
 from __future__ import annotations
 
-import msgspec
 from lightkube.core import decoders
-from lightkube.models import meta_v1
 
 
 def build_decoders(*resources: type) -> None:
@@ -22,6 +21,5 @@ def build_decoders(*resources: type) -> None:
     its list type (lightkube creates that on first use, and its info holds the item type's)."""
     decoders.decode_status(b"{}")
     decoders.decode_watch_event(b'{"type":"ADDED","object":{}}')
-    msgspec.convert({}, meta_v1.Status)
     for resource in resources:
         decoders.decode_list(b'{"items":[]}', resource)

@@ -14,8 +14,8 @@
   ends: the operation succeeds `episode_quiet_s` or more after its last failure, which is
   logged once at info. So an outage during which every pod's Allocate fails gives one
   warning, not one per pod. The quiet time matters when calls run concurrently (the
-  scheduler's 16 bind workers): during a partial outage failures and successes interleave,
-  and ending the episode at any success would log a warning for nearly every failure.
+  scheduler's bind workers, 64 by default): during a partial outage failures and successes
+  interleave, and ending the episode at any success would log a warning for nearly every failure.
 
 Time is injected (`sleep`, `clock`, `rng`), so tests run the backoff on virtual time.
 """

@@ -38,4 +38,3 @@ def test_the_service_sets_the_interval_it_is_given_when_it_runs() -> None:
 def test_without_one_the_interval_is_left_as_it_was() -> None:
     sys.setswitchinterval(0.004)
     assert ran(ServiceSettings()) == pytest.approx(0.004)
-
