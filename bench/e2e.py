@@ -56,6 +56,7 @@ import platform
 import queue
 import random
 import signal
+import socket
 import ssl
 import statistics
 import subprocess
@@ -76,7 +77,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpufleet.kube import translate  # noqa: E402
+from gpufleet.kube import http1, translate  # noqa: E402
 from gpufleet.model import Placement, PodUid  # noqa: E402
 from gpufleet.model import annotations as ann  # noqa: E402
 from gpufleet.testing.cluster import Cluster, ClusterOptions, binary  # noqa: E402
@@ -197,19 +198,16 @@ def _bare_watch(ep: Endpoint, out: Any, ready: Any) -> None:
     watch from there on an `http.client` connection, its body read and each line showing a bound
     pod counted, none decoded. Puts how many more it saw after each read that saw some."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as in `_watch`
-    conn = Connections(ep).connect()
-    headers = {"Authorization": f"Bearer {ep.token}"}
+    client = Connections(ep)
+    conn = client.connect()
     path = "/api/v1/namespaces/default/pods"
-    conn.request("GET", path, headers=headers)
-    r = conn.getresponse()
-    rv = json.loads(r.read())["metadata"]["resourceVersion"]
-    conn.request("GET", f"{path}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}", headers=headers)
-    r = conn.getresponse()
-    if r.status != 200:
-        raise SystemExit(f"bare watch: {r.status} {r.read()[:200]!r}")
+    rv = json.loads(client.request(conn, "GET", path).rest())["metadata"]["resourceVersion"]
+    reader = client.request(conn, "GET", f"{path}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}")
+    if reader.status != 200:
+        raise SystemExit(f"bare watch: {reader.status} {reader.rest()[:200]!r}")
     ready.set()
     tail = b""
-    while chunk := r.read1(65536):
+    for chunk in reader.pieces():
         *lines, tail = (tail + chunk).split(b"\n")
         seen = sum(1 for line in lines if b'"nodeName":"' in line)
         if seen:
@@ -566,27 +564,48 @@ def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, 
 
 
 class Connections:
-    """One keep-alive `http.client` connection per thread: the cheapest client in Python (a third of
-    httpx's CPU per request here), so the raw loop measures the server, not its own client."""
+    """One keep-alive connection per thread, each request written and its reply read as gpufleet's
+    client does it (`gpufleet.kube.http1`, httptools: a third of `http.client`'s CPU per request,
+    a ninth of httpx's, here), so the raw loop measures the server, not its own client."""
 
     def __init__(self, ep: Endpoint) -> None:
         self._ep, self._local = ep, threading.local()
         self._ctx = ssl.create_default_context(cafile=ep.ca)
         url = urlsplit(ep.url)
         self._host, self._port = url.hostname or "127.0.0.1", url.port or 443
+        self._host_header = f"{self._host}:{self._port}"
 
     def connect(self) -> http.client.HTTPSConnection:
-        """A new connection (opened at its first request)."""
+        """A new connection (opened by `open`)."""
         return http.client.HTTPSConnection(self._host, self._port, context=self._ctx, timeout=60)
+
+    def open(self, conn: http.client.HTTPSConnection) -> socket.socket:
+        if conn.sock is None:
+            conn.connect()
+        sock: socket.socket = conn.sock
+        return sock
+
+    def request(self, conn: http.client.HTTPSConnection, method: str, path: str,
+                body: bytes | None = None) -> http1.ReplyReader:
+        """Send one request on `conn` and read its reply's head; the caller reads its body."""
+        headers = {"Authorization": f"Bearer {self._ep.token}"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        sock = self.open(conn)
+        sock.sendall(http1.request_bytes(method, path, self._host_header, headers, body))
+        reader = http1.ReplyReader(sock)
+        reader.head()
+        return reader
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._local.conn = self.connect()
-        conn.request("POST", path, body=body, headers={"Authorization": f"Bearer {self._ep.token}",
-                                                        "Content-Type": "application/json"})
-        r = conn.getresponse()
-        return r.status, r.read()
+        reader = self.request(conn, "POST", path, body)
+        content = reader.rest()
+        if not reader.keep_alive:
+            conn.close()
+        return reader.status, content
 
 
 def bind(client: Connections, pod: str, node: str, assignment: str = "") -> None:

@@ -1,12 +1,13 @@
 """`KeepAlive`: requests on one keep-alive HTTP/1.1 connection per thread, and watches on one
-connection each, with `http.client`.
+connection each: `http.client` connects, `kube/http1.py` writes the requests and reads the replies.
 
 Why not httpx for these: the live scheduler sends hundreds of Binding POSTs a second from one
 Python process, whose GIL the watch of every pod shares. Measured on the 2-core development
 machine against kube-apiserver (16 threads, 3,000 binds each, docs/performance.md): httpx2 costs
 0.64-0.68 ms of CPU per bind, httpx2 over a plain `http.client` transport 0.52 ms, `http.client`
-alone 0.23-0.25 ms. A watch's body (`stream`) is read with `http.client` too: reading each
-event through httpx's stream costs more than decoding it.
+alone 0.23-0.25 ms, and its replies read with httptools (kube/http1.py) 0.07-0.08 ms. A watch's
+body (`stream`) is read the same way: reading each event through httpx's stream costs more than
+decoding it.
 
 What is kept from the httpx client it stands beside:
 - the TLS context lightkube built from the kubeconfig (CA, client certificate);
@@ -30,18 +31,13 @@ import select
 import socket
 import ssl
 import threading
-from typing import Iterator, NamedTuple
+from typing import Iterator
 
 import httpx2
 
+from gpufleet.kube.http1 import ProtocolError, Reply, ReplyReader, request_bytes
+
 TIMEOUT_S = 10.0
-_PIECE = 1 << 16
-
-
-class Reply(NamedTuple):
-    status: int
-    headers: list[tuple[str, str]]
-    content: bytes
 
 
 class KeepAlive:
@@ -54,6 +50,8 @@ class KeepAlive:
         self._https = url.scheme == "https"
         self._host, self._port = url.host, url.port or (443 if self._https else 80)
         self._prefix = url.raw_path.decode("ascii").rstrip("/")
+        host = f"[{url.host}]" if ":" in url.host else url.host
+        self._host_header = host if url.port is None else f"{host}:{url.port}"
         self._context = context if self._https else None
         self._auth, self._timeout = auth, timeout_s
         self._local = threading.local()
@@ -152,10 +150,15 @@ class KeepAlive:
         conn = self._connection(request)
         sent = [False]
         with _failures(conn, request, sent):
-            conn.request(method, self._prefix + target, body=body, headers=self._headers(content_type))
+            sock = _socket(conn)
+            sock.sendall(request_bytes(method, self._prefix + target, self._host_header,
+                                       self._headers(content_type), body))
             sent[0] = True
-            response = conn.getresponse()
-            reply = Reply(response.status, response.getheaders(), response.read())
+            reader = ReplyReader(sock)
+            headers = reader.head()
+            reply = Reply(reader.status, headers, reader.rest())
+            if not reader.keep_alive:
+                conn.close()
         return reply
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
@@ -186,26 +189,28 @@ class KeepAlive:
                     self._streams.append(conn)
                 sent = [False]
                 with _failures(conn, request, sent):
-                    conn.request("GET", self._prefix + target, headers=self._headers(None))
+                    sock = _socket(conn)
+                    sock.sendall(request_bytes("GET", self._prefix + target, self._host_header,
+                                               self._headers(None), None))
                     sent[0] = True
-                    if conn.sock is not None:
-                        conn.sock.settimeout(read_timeout_s)
-                    response = conn.getresponse()
-                    if response.status >= 400:
-                        reply = Reply(response.status, response.getheaders(), response.read())
-                        if response.status == 401 and self._auth is not None and attempt == 0:
+                    sock.settimeout(read_timeout_s)
+                    reader = ReplyReader(sock)
+                    headers = reader.head()
+                    if reader.status >= 400:
+                        reply = Reply(reader.status, headers, reader.rest())
+                        if reader.status == 401 and self._auth is not None and attempt == 0:
                             self._refresh_header()
                             continue
                         yield reply
                         return
-                    while piece := response.read1(_PIECE):
-                        yield piece
+                    yield from reader.pieces()
                     return
             finally:
                 with self._lock:
                     if conn in self._streams:
                         self._streams.remove(conn)
                 conn.close()
+
 
 class _LazyRequest:
     """The httpx2 request an exception carries, built only when one is raised."""
@@ -222,7 +227,7 @@ class _LazyRequest:
 
 @contextlib.contextmanager
 def _failures(conn: http.client.HTTPConnection, request: _LazyRequest, sent: list[bool]) -> Iterator[None]:
-    """`http.client`'s and the socket's failures as the httpx2 exceptions of the same meaning
+    """The socket's and the reply's failures as the httpx2 exceptions of the same meaning
     (`sent[0]`: whether the request went out); the connection is closed after any of them."""
     try:
         yield
@@ -230,13 +235,21 @@ def _failures(conn: http.client.HTTPConnection, request: _LazyRequest, sent: lis
         conn.close()
         raise (httpx2.ReadTimeout if sent[0] else httpx2.WriteTimeout)(f"{exc or 'timed out'}",
                                                                        request=request.get()) from exc
-    except http.client.HTTPException as exc:  # the server closed, or answered what is not HTTP
+    except ProtocolError as exc:  # the server closed, or answered what is not HTTP
         conn.close()
-        raise httpx2.RemoteProtocolError(f"{type(exc).__name__}: {exc or 'no detail'}", request=request.get()) from exc
+        raise httpx2.RemoteProtocolError(str(exc), request=request.get()) from exc
     except OSError as exc:  # resets, broken pipes
         conn.close()
         raise (httpx2.ReadError if sent[0] else httpx2.WriteError)(f"{type(exc).__name__}: {exc}",
                                                                    request=request.get()) from exc
+
+
+def _socket(conn: http.client.HTTPConnection) -> socket.socket:
+    """The connected socket `_connection` or `_connect` made."""
+    if conn.sock is None:
+        raise OSError("not connected")  # closed by `close()` meanwhile: as a reset would be
+    sock: socket.socket = conn.sock
+    return sock
 
 
 def _readable(sock: socket.socket) -> bool:

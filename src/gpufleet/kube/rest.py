@@ -29,7 +29,8 @@ from lightkube.core.exceptions import ApiError
 
 from gpufleet.kube.config import SCHEDULER_FIELD_MANAGER, ApiConfig
 from gpufleet.kube.decoders import build_decoders
-from gpufleet.kube.keepalive import KeepAlive, Reply
+from gpufleet.kube.http1 import Reply
+from gpufleet.kube.keepalive import KeepAlive
 from gpufleet.kube.tls import settle
 
 Obj = dict[str, Any]
