@@ -10,8 +10,9 @@ only scheduling and binding are measured.
 Runs, each on its own fresh cluster:
 
 - raw: the pods are created unbound, then bound to nodes chosen in advance by a loop of
-  Binding POSTs (4 processes x 8 threads, each on a keep-alive `http.client` connection, the
-  cheapest client Python has): the most binds/s this API server takes here.
+  Binding POSTs (4 processes x 8 threads, each on a keep-alive connection, its replies read
+  with httptools as gpufleet reads them: the cheapest client Python has): the most binds/s
+  this API server takes here.
   Timed as the scheduler runs are, from the first to the last bind the bench's watch sees
   (that watch runs in every run); the loop's own count over its own time is
   `loop_binds_per_s`;
@@ -565,8 +566,8 @@ def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, 
 
 class Connections:
     """One keep-alive connection per thread, each request written and its reply read as gpufleet's
-    client does it (`gpufleet.kube.http1`, httptools: a third of `http.client`'s CPU per request,
-    a ninth of httpx's, here), so the raw loop measures the server, not its own client."""
+    client does it (`gpufleet.kube.http1`, httptools: less than half of `http.client`'s CPU per
+    request, a sixth of httpx's, here), so the raw loop measures the server, not its own client."""
 
     def __init__(self, ep: Endpoint) -> None:
         self._ep, self._local = ep, threading.local()

@@ -2,9 +2,9 @@
 with httptools (llhttp, the C parser of Node.js, which uvicorn uses too).
 
 Why not `http.client` for this: it parses each reply's headers with the `email` package, in
-Python. Measured on the 2-core development machine against kube-apiserver (GETs of a small
-object, one thread, 3 x 3,000 requests): 0.19-0.24 ms of CPU per request with `http.client`,
-0.07-0.08 ms with this. The live scheduler sends one request per bind and reads a watch event
+Python. Measured on the 2-core development machine against kube-apiserver (`bench/client_cpu.py`:
+GETs of a small object, one thread, 3 x 3,000 requests): 0.18-0.33 ms of CPU per request with
+`http.client`, 0.08-0.12 ms with this. The live scheduler sends one request per bind and reads a watch event
 per bind, in the process whose GIL its binder threads share (docs/performance.md).
 
 `KeepAlive` (kube/keepalive.py) owns the connections, credentials and the translation of

@@ -5,9 +5,9 @@ Why not httpx for these: the live scheduler sends hundreds of Binding POSTs a se
 Python process, whose GIL the watch of every pod shares. Measured on the 2-core development
 machine against kube-apiserver (16 threads, 3,000 binds each, docs/performance.md): httpx2 costs
 0.64-0.68 ms of CPU per bind, httpx2 over a plain `http.client` transport 0.52 ms, `http.client`
-alone 0.23-0.25 ms, and its replies read with httptools (kube/http1.py) 0.07-0.08 ms. A watch's
-body (`stream`) is read the same way: reading each event through httpx's stream costs more than
-decoding it.
+alone 0.23-0.25 ms; with its replies read by httptools instead (kube/http1.py), less than half
+of that (bench/client_cpu.py). A watch's body (`stream`) is read the same way: reading each
+event through httpx's stream costs more than decoding it.
 
 What is kept from the httpx client it stands beside:
 - the TLS context lightkube built from the kubeconfig (CA, client certificate);

@@ -6,8 +6,8 @@ instead of lightkube's typed models. Why: the scheduler's hot paths (a watch of 
 hundreds of binds a second) only read a handful of fields, the translation to model
 objects wants the JSON anyway, and decoding every pod into a full typed model would cost
 more than the scheduling itself. Requests and watches go over `keepalive.KeepAlive`
-(`http.client`, a third of httpx's CPU per request), or over httpx when a proxy from the
-environment applies. JSON is msgspec's. Errors become lightkube's
+(a sixth of httpx's CPU per request: `http.client` connects, httptools reads the replies), or
+over httpx when a proxy from the environment applies. JSON is msgspec's. Errors become lightkube's
 `ApiError` (with the server's Status) so that `errors.api_errors` translates them in one place.
 
 Every method raises lightkube/httpx exceptions; callers wrap them in `api_errors` (usually
