@@ -199,8 +199,10 @@ class SchedulerCache:
         key = translate.key_of(obj)
         with self._cond:
             held = self._bound.get(key)
-            if held is not None and not translate.is_terminal(obj) and translate.same_placement(held.obj, obj):
-                held.obj = obj  # a bound pod's status update: it holds what it held
+            same_spec = held is not None and translate.same_pod_spec(held.obj, obj)  # once: it is not cheap
+            if held is not None and same_spec and not translate.is_terminal(obj) and \
+                    translate.same_start(held.obj, obj):
+                held.obj = obj  # a bound pod's status update (`same_placement`): it holds what it held
                 return
             before = self._pending.pop(key, None)
             seen = before.seen if before is not None else self._seen(obj, listed)
@@ -217,7 +219,7 @@ class SchedulerCache:
                 # Bound, and holding its devices until it is gone: a terminating pod (an
                 # evicted victim in its grace period) still runs.
                 echo = self._pop_assumed(key)  # the echo: the bound pod's own placement takes over
-                if held is not None and translate.same_pod_spec(held.obj, obj):
+                if held is not None and same_spec:  # `held` is what `_pop_bound` gave back
                     spec = held.spec
                 elif echo is not None and echo.spec is not None and \
                         translate.same_pod_spec(echo.obj, obj, bound_since=True):

@@ -132,8 +132,12 @@ def _without_topology(labels: Mapping[str, Any]) -> Mapping[str, Any]:
 def same_placement(a: Obj, b: Obj) -> bool:
     """Whether `placement` (on the same node, with the same PodSpec) reads the same from both
     pods: what `same_pod_spec` compares, and `status.startTime`."""
-    return same_pod_spec(a, b) and \
-        (a.get("status") or {}).get("startTime") == (b.get("status") or {}).get("startTime")
+    return same_pod_spec(a, b) and same_start(a, b)
+
+
+def same_start(a: Obj, b: Obj) -> bool:
+    """Whether both pods say the same `status.startTime` (what `placement` reads beyond the spec)."""
+    return (a.get("status") or {}).get("startTime") == (b.get("status") or {}).get("startTime")
 
 
 def pod_spec(pod: Obj) -> PodSpec:

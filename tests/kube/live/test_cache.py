@@ -250,6 +250,30 @@ def test_a_pending_pods_status_update_is_not_translated_again(monkeypatch: Any) 
     assert calls == ["read"] and pending.spec is not None and pending.spec.gpu.count == 2
 
 
+def test_a_bound_pod_is_read_again_only_when_what_it_asks_changes(monkeypatch: Any) -> None:
+    """A running pod's status updates (its start time as it starts) keep the spec read, while an
+    in-place resize (Kubernetes' InPlacePodVerticalScaling changes a bound pod's resources) is
+    read again: the node's free CPU follows it."""
+    n = gpu_node()
+    cache = SchedulerCache()
+    cache.upsert_node(n)
+    placement = Placement(PodUid("uid-a"), NodeName("n1"), 1000, 0, (1,), 1000, 81920)
+    p = bound(pod("a", limits={"nvidia.com/gpu": 1}, requests={"cpu": "1"}), placement, n)
+    cache.upsert_pod(p)
+    free_cpu = cache.snapshot().usage.free_cpu[0]
+    calls: list[str] = []
+    real = translate.pod_spec
+    monkeypatch.setattr(translate, "pod_spec", lambda obj: calls.append("read") or real(obj))
+    started = {**p, "status": {"phase": "Running", "startTime": "2026-01-01T00:01:00Z"}}
+    cache.upsert_pod(started)
+    assert calls == [] and cache.bound_objects() == [started]
+    resized_pod = bound(pod("a", limits={"nvidia.com/gpu": 1}, requests={"cpu": "3"}), placement, n)
+    resized_pod["status"] = started["status"]
+    cache.upsert_pod(resized_pod)
+    assert calls == ["read"] and [s.cpu_milli for s in cache.bound_specs()] == [3000]
+    assert cache.snapshot().usage.free_cpu[0] == free_cpu - 2000
+
+
 SNAPSHOT_FIELDS = ("free_cpu", "free_mem", "free_pods", "gpu_used_milli", "gpu_used_mem", "slice_used", "free_whole",
                    "max_free_milli", "free_milli_total", "free_slices", "class_pods")
 
