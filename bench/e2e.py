@@ -365,10 +365,14 @@ class ServerLoad:
                 out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
         return out
 
-    def per_bind(self, times: list[float]) -> Obj:
-        """`times`: when each pod was seen bound, sorted."""
+    def stop(self) -> None:
+        """Stop sampling (again: a no-op); a run that fails before `per_bind` calls it too."""
         self._stop.set()
         self._thread.join()
+
+    def per_bind(self, times: list[float]) -> Obj:
+        """`times`: when each pod was seen bound, sorted."""
+        self.stop()
         self._samples.append(self._sample())
         requests, n = self._requests_now(), max(len(times), 1)
         first = next(cpu for t, cpu in reversed(self._samples) if t <= times[0]) if times else self._samples[0][1]
@@ -495,7 +499,7 @@ def start_scheduler(which: str, c: Cluster, tmp: Path, qps: float, burst: int, p
 def cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
     try:
         t = psutil.Process(proc.pid).cpu_times()
-        return t.user + t.system
+        return float(t.user + t.system)
     except psutil.Error:
         return float("nan")
 
@@ -538,6 +542,7 @@ def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, 
             if profiler:
                 profiler.join()
         finally:
+            load.stop()
             proc.terminate()
             proc.wait(30)
             watcher.stop()
@@ -688,6 +693,7 @@ def raw_run(n_nodes: int, n_pods: int, tmp: Path, *, as_scheduler: bool = False,
             if as_scheduler else ep
         watcher = Watcher(ep)  # watching as in the scheduler runs: the same load on the server
         more: list[BareWatcher] = []
+        load: ServerLoad | None = None
         try:
             more += [BareWatcher(binder) for _ in range(watches - 1)]  # as a scheduler's own watch of every pod
             profiler = ApiserverProfile(ep, watcher, pprof / f"{name}-{n_nodes}.pprof", PPROF_SECONDS) \
@@ -702,7 +708,10 @@ def raw_run(n_nodes: int, n_pods: int, tmp: Path, *, as_scheduler: bool = False,
                 profiler.join()
             seen = [len(watcher.bound), *(w.count() for w in more)]
         finally:
-            for w in (watcher, *more):
+            if load is not None:
+                load.stop()
+            watchers: list[Watcher | BareWatcher] = [watcher, *more]
+            for w in watchers:
                 w.stop()
         times = sorted(watcher.bound.values())
         return {"scheduler": name, "mode": "batch", "nodes": n_nodes, "pods": len(jobs),

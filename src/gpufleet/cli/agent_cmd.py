@@ -24,11 +24,9 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import yaml
@@ -43,6 +41,7 @@ from gpufleet.cli import agent_api
 from gpufleet.model import ModelError
 from gpufleet.model.assignment_auth import load_keyring
 from gpufleet.cli.main import UsageError, port
+from gpufleet.cli.stop_signals import stop_signals
 
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
 
@@ -262,21 +261,17 @@ def _run(args: argparse.Namespace) -> int:
                                dra_registry_dir=args.kubelet_registry_dir, cdi_root=args.cdi_root))
 
     stopping = threading.Event()
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, stop)  # before start(): a stop request during startup is kept
-    signal.signal(signal.SIGINT, stop)
-    try:
-        agent.start()
-    except (BackendError, KubeAccessError, draplugin.CheckpointError) as exc:  # KubeAccessError: node labels
-        raise UsageError(str(exc)) from None
-    except OSError as exc:
-        raise UsageError(f"cannot serve metrics or sockets: {exc.strerror or exc}") from None
-    served = [p.plan.resource for p in agent.plugins] + ([f"DRA driver {agent.dra.driver}"] if agent.dra else [])
-    print(f"gpufleet agent: serving {', '.join(served) or 'nothing (idle)'} for node {args.node_name}", file=sys.stderr)
-    while not stopping.wait(0.5):
-        pass
-    agent.stop()
+    with stop_signals(stopping.set):  # before start(): a stop request during startup is kept
+        try:
+            agent.start()
+        except (BackendError, KubeAccessError, draplugin.CheckpointError) as exc:  # KubeAccessError: node labels
+            raise UsageError(str(exc)) from None
+        except OSError as exc:
+            raise UsageError(f"cannot serve metrics or sockets: {exc.strerror or exc}") from None
+        served = [p.plan.resource for p in agent.plugins] + \
+            ([f"DRA driver {agent.dra.driver}"] if agent.dra else [])
+        print(f"gpufleet agent: serving {', '.join(served) or 'nothing (idle)'} for node {args.node_name}", file=sys.stderr)
+        while not stopping.wait(0.5):
+            pass
+        agent.stop()
     return 0

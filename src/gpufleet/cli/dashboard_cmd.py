@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from gpufleet.cli.main import UsageError, finite_float, port, random_seed
 from gpufleet.cli.scheduler_cmd import profile_by_name
+from gpufleet.cli.stop_signals import stop_signals
 from gpufleet.framework.profile import build_for
 from gpufleet.framework.profiles import BUILTIN
 from gpufleet.kube import snapshot_io
@@ -117,12 +116,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--port {args.port}: {exc.strerror or exc}") from None
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    print(f"gpufleet dashboard: {server.url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    stop.wait()
+    with stop_signals(stop.set):
+        print(f"gpufleet dashboard: {server.url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+        stop.wait()
     server.stop()
     return 0

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import yaml
 
 from gpufleet.cli.main import UsageError, port, random_seed
+from gpufleet.cli.stop_signals import stop_signals
 from gpufleet.testing.cluster import ApiError, Cluster, ClusterOptions, ComponentFailed, MissingBinaries
 from gpufleet.testing.gpu_nodes import gpu_nodes
 
@@ -49,11 +48,12 @@ def run(args: argparse.Namespace) -> int:
     if args.nodes < 0:
         raise UsageError(f"--nodes must be 0 or more, got {args.nodes}")
     stop = threading.Event()
+    with stop_signals(stop.set):
+        return _serve(args, stop)
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+
+def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
+    """Start the cluster, print how to reach it, and keep it until `stop` is set."""
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="gpufleet-dev-cluster-"))
     cluster = Cluster(workdir, ClusterOptions(apiserver_port=args.port))
     try:

@@ -24,12 +24,10 @@ import math
 import logging
 import os
 import random
-import signal
 import socket
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from gpufleet.core.cycle import schedule
@@ -56,6 +54,7 @@ from gpufleet.web.server import DashboardServer
 from gpufleet.web.sources import LiveSource
 from gpufleet.cli import main as cli_main
 from gpufleet.cli.main import UsageError, finite_float, port, positive_int, random_seed
+from gpufleet.cli.stop_signals import stop_signals
 
 
 
@@ -260,16 +259,12 @@ def _run(args: argparse.Namespace) -> int:
             http.stop()
             raise UsageError(f"--dashboard-port {args.dashboard_port}: {exc.strerror or exc}") from None
 
-    def stop(signum: int, frame: FrameType | None) -> None:
-        service.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     print(f"gpufleet scheduler: {service.settings.identity} on {rest.source}, profile {args.config} "
           f"(schedulerName {profile.name}), "
           f"http :{http.port}" + (f", dashboard {dashboard.url}" if dashboard else ""), file=sys.stderr, flush=True)
-    service.run()
-    service.shutdown()
+    with stop_signals(service.stop):
+        service.run()
+        service.shutdown()
     if dashboard is not None:
         dashboard.stop()
     http.stop()

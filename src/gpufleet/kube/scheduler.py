@@ -285,9 +285,17 @@ class SchedulerService:
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self, *, until: Callable[[], bool] = lambda: False) -> None:
-        """Cycle until `stop()` (or `until()`); returns with binds possibly still in flight."""
+        """Cycle until `stop()` (or `until()`); returns with binds possibly still in flight.
+        The process's GIL switch interval is the settings' while it runs, what it was after."""
+        before = sys.getswitchinterval()
         if self.settings.switch_interval_s is not None:
             sys.setswitchinterval(self.settings.switch_interval_s)
+        try:
+            self._run(until)
+        finally:
+            sys.setswitchinterval(before)
+
+    def _run(self, until: Callable[[], bool]) -> None:
         self.start()
         while not self.stop_event.is_set() and not self.synced():
             self.stop_event.wait(0.05)
