@@ -184,7 +184,8 @@ class FaultProxy:
             return sum(r.times for r in self._rules)
 
     def cut_watches(self) -> int:
-        """End every open watch now, as a dropped connection does; how many were open."""
+        """End every open watch now, as a dropped connection does (those still waiting for
+        kube-apiserver's reply headers too); how many were open."""
         with self._lock:
             watches = list(self._watches)
         for handler in watches:
@@ -272,6 +273,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if isinstance(fault, Delay):
             time.sleep(fault.seconds)
+        # A watch is open from the moment it is sent upstream: kube-apiserver may hold its reply
+        # headers back for seconds (a watch cache catching up), and a cut must reach it meanwhile.
+        if watch:
+            self.server.proxy._watching(self, True)
+        try:
+            self._forward_and_relay(body, fault, watch)
+        finally:
+            if watch:
+                self.server.proxy._watching(self, False)
+
+    def _forward_and_relay(self, body: bytes, fault: Fault | None, watch: bool) -> None:
         try:
             response = self._forward(body)
         except (OSError, http.client.HTTPException):
@@ -281,7 +293,7 @@ class _Handler(BaseHTTPRequestHandler):
             response.read()
             self._reset()
             return
-        self._relay(response, watch)
+        self._relay(response)
 
     def _forward(self, body: bytes) -> http.client.HTTPResponse:
         """Send the request upstream, on this connection's upstream connection; a kept-alive
@@ -302,7 +314,7 @@ class _Handler(BaseHTTPRequestHandler):
                     raise
         raise AssertionError("unreachable")
 
-    def _relay(self, response: http.client.HTTPResponse, watch: bool) -> None:
+    def _relay(self, response: http.client.HTTPResponse) -> None:
         self.send_response_only(response.status, response.reason)
         for k, v in response.getheaders():
             if k.lower() not in HOP_BY_HOP:
@@ -315,8 +327,6 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        if watch:
-            self.server.proxy._watching(self, True)
         try:
             while chunk := response.read1(65536):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
@@ -326,9 +336,6 @@ class _Handler(BaseHTTPRequestHandler):
             # connection does (no terminating chunk), and drop this upstream connection
             self.close_connection = True
             self._close_upstream()
-        finally:
-            if watch:
-                self.server.proxy._watching(self, False)
 
     def _reply(self, fault: Reply, watch: bool, version: str) -> None:
         reason = REASONS.get(fault.code, "InternalError")
