@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 import threading
 import time
 from collections import Counter
@@ -205,7 +206,6 @@ class SchedulerCache:
                 held.obj = obj  # a bound pod's status update (`same_placement`): it holds what it held
                 return
             before = self._pending.pop(key, None)
-            seen = before.seen if before is not None else self._seen(obj, listed)
             held = self._pop_bound(key)
             m = translate.meta(obj)
             relevant = True
@@ -245,6 +245,7 @@ class SchedulerCache:
                     # what it asked, so what was read from it holds (one echo per pod that fits nowhere)
                     now_pending = dataclasses.replace(before, obj=obj)
                 else:
+                    seen = before.seen if before is not None else self._seen(obj, listed)
                     now_pending = self._make_pending(key, obj, seen)
                 self._pending[key] = now_pending
                 relevant = before is None or (before.spec, before.error, before.gated) != (
@@ -655,11 +656,15 @@ def _mark(keys: set[str], key: str, member: bool) -> None:
         keys.discard(key)
 
 
+_HOLDING = operator.attrgetter(*(f.name for f in dataclasses.fields(Placement) if f.name != "started_s"))
+"""A placement's every field but its start time, as one tuple."""
+
+
 def _same_holding(a: Placement | None, b: Placement | None) -> bool:
     """The same devices and resources (the start time, set when the pod starts, aside)."""
     if a is None or b is None:
         return a is b
-    return dataclasses.replace(a, started_s=b.started_s) == b
+    return bool(_HOLDING(a) == _HOLDING(b))
 
 
 def _claim_devices(cluster: Cluster, usage: Usage, p: Placement, spec: PodSpec) -> Placement:

@@ -122,7 +122,13 @@ def same_pod_spec(a: Obj, b: Obj, *, bound_since: bool = False) -> bool:
 
 
 def _without(d: Mapping[str, Any], keys: Collection[str]) -> Mapping[str, Any]:
-    return {k: v for k, v in d.items() if k not in keys} if any(k in d for k in keys) else d
+    out: dict[str, Any] | None = None
+    for k in keys:
+        if k in d:
+            if out is None:
+                out = dict(d)
+            del out[k]
+    return d if out is None else out
 
 
 def _without_topology(labels: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections import Counter
 from typing import Any
@@ -280,12 +281,13 @@ SNAPSHOT_FIELDS = ("free_cpu", "free_mem", "free_pods", "gpu_used_milli", "gpu_u
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["bind", "assume", "forget", "delete", "run", "status", "overcommit",
-                                           "relabel"]),
+                                           "relabel", "recreate"]),
                           st.integers(0, 5), st.integers(0, 1), st.integers(0, 1), st.booleans()), max_size=25))
 def test_the_kept_usage_is_always_what_a_rebuild_gives(steps: list[tuple[str, int, int, int, bool]]) -> None:
     """Snapshots bring the usage they keep up to date with what changed; after any sequence of
-    binds, assumptions, forgets, deletions, pods starting, status updates, overcommitting assignments and nodes
-    changing, taken by snapshots after some steps and not others, it equals the usage rebuilt
+    binds, assumptions, forgets, deletions, pods starting, status updates, overcommitting assignments, nodes
+    changing and pods recreated under the same name (a StatefulSet's: a new uid, maybe the same devices),
+    taken by snapshots after some steps and not others, it equals the usage rebuilt
     from scratch, and so do the counted placements. The bound pods' counts per shape (the typical-task mix) are
     always those of the bound pods."""
     cache = SchedulerCache()
@@ -314,6 +316,13 @@ def test_the_kept_usage_is_always_what_a_rebuild_gives(steps: list[tuple[str, in
             cache.assume(f"ns/{name}", placement)
         elif action == "forget":
             cache.forget(f"ns/{name}")
+        elif action == "recreate":  # deleted, and created again bound to the same devices, between snapshots
+            held = [o for o in cache.bound_objects() if o["metadata"]["name"] == name]
+            again = copy.deepcopy(held[0]) if held else bound(pod(name, limits={"nvidia.com/gpu": 1},
+                                                                  requests=requests), placement, n)
+            again["metadata"]["uid"] = f"{again['metadata']['uid']}-again"
+            cache.delete_pod(pod(name))
+            cache.upsert_pod(again)
         elif action == "relabel":  # a node changed: its pods' placements are made again
             n["metadata"]["labels"]["zone"] = f"z{k}"
             cache.upsert_node(n)

@@ -10,7 +10,7 @@ import httpx2
 import pytest
 from lightkube.core.exceptions import ApiError
 
-from gpufleet.kube.informer import Handler, Informer, Settings
+from gpufleet.kube.informer import Handler, Informer, Obj, Settings
 
 
 def api_error(code: int) -> ApiError:
@@ -97,3 +97,21 @@ def test_errors_back_off_and_are_logged_once(caplog: pytest.LogCaptureFixture) -
 def test_three_failures_in_a_row_relist() -> None:
     rest, _ = run([("10", []), api_error(503), api_error(503), api_error(503), ("12", []), []])
     assert [c[0] for c in rest.calls][:6] == ["list", "watch", "watch", "watch", "list", "watch"]
+
+
+def test_objects_reach_the_handler_without_managed_fields() -> None:
+    """As kube-scheduler's pod informer keeps them: everything but `metadata.managedFields`."""
+    def managed(name: str, rv: str) -> dict[str, Any]:
+        p = pod(name, rv)
+        p["metadata"]["managedFields"] = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}]
+        p["metadata"]["labels"] = {"team": "a"}
+        return p
+    stop = threading.Event()
+    rest = ScriptedRest([("10", [managed("a", "9")]),
+                         [{"type": "ADDED", "object": managed("b", "11")},
+                          {"type": "MODIFIED", "object": managed("a", "12")}]], stop)
+    got: list[Obj] = []
+    handler = Handler(lambda items: got.extend(items), got.append, got.append)
+    Informer(rest, "pods", "/api/v1/pods", handler, stop).run()  # type: ignore[arg-type]
+    assert [o["metadata"] for o in got] == [{"name": n, "namespace": "ns", "resourceVersion": rv, "labels": {"team": "a"}}
+                                            for n, rv in (("a", "9"), ("b", "11"), ("a", "12"))]
