@@ -97,9 +97,16 @@ def test_bad_inventory_names_the_annotation_and_field(text: str, where: str) -> 
     ann.GpuAssignment("n1", ("GPU-a", "GPU-b"), 1000),
     ann.GpuAssignment("n1", ("GPU-a",), 250, 8192),
     ann.GpuAssignment("n1", mig=(ann.MigSliceRef("GPU-a", 2),)),
-], ids=["whole GPUs", "a fraction with a memory cap", "a MIG slice"])
+    ann.GpuAssignment("n1", ("GPU-a",), 1000, queue="vision"),
+], ids=["whole GPUs", "a fraction with a memory cap", "a MIG slice", "with the queue it was scheduled in"])
 def test_assignment_survives_a_round_trip_through_json(assignment: ann.GpuAssignment) -> None:
     assert ann.decode_assignment(ann.encode_assignment(assignment)) == assignment
+
+
+def test_an_assignment_without_a_queue_reads_as_none() -> None:
+    """Written before the queue was recorded (or by another writer): the pod's label decides."""
+    assert ann.decode_assignment('{"node": "n1", "gpus": ["GPU-a"]}').queue is None
+    assert "queue" not in json.loads(ann.encode_assignment(ann.GpuAssignment("n1", ("GPU-a",), 1000)))
 
 
 def test_assignment_without_milli_means_whole_gpus() -> None:
@@ -120,10 +127,13 @@ def test_a_fraction_is_recognised() -> None:
     ('{"node": "n1", "gpus": ["GPU-a"], "memMiB": 1.5}', "memMiB"),
     ('{"node": "n1", "mig": [{"gpu": "GPU-a"}]}', "mig[0]: slice"),
     ('{"node": "n1", "mig": {"gpu": "GPU-a"}}', "mig"),
+    ('{"node": "n1", "queue": 7}', "queue"),
+    ('{"node": "n1", "queue": ""}', "queue"),
 ], ids=["a missing node is rejected", "a GPU listed twice is rejected",
         "more than a whole GPU per GPU is rejected", "a fraction of several GPUs is rejected",
         "milli without GPUs is rejected", "fractional MiB are rejected",
-        "a MIG slice needs an index", "MIG slices must be a list"])
+        "a MIG slice needs an index", "MIG slices must be a list", "a queue is a name",
+        "an empty queue is rejected"])
 def test_bad_assignment_names_the_annotation_and_field(text: str, field: str) -> None:
     with pytest.raises(ModelError) as info:
         ann.decode_assignment(text)

@@ -398,8 +398,10 @@ def placement(pod: Obj, node: NodeInfo, spec: PodSpec) -> Placement:
                 raise ModelError(where, f"MIG device {ref.uuid} is no longer on GPU {ref.gpu} of node {node.name}")
             local = node.gpus[j].mig_uuids.index(ref.uuid)
         slices.append(offsets[ref.gpu] + local)
+    # Charged to the queue it was scheduled in: a label changed since (a tenant moving a running
+    # pod into another queue of its namespace, with the admission policy off) moves nothing.
     return Placement(uid, node.name, spec.cpu_milli, spec.mem_mib, tuple(gpus), a.milli if gpus else 0,
-                     a.mem_mib if gpus else 0, tuple(slices), spec.pod_group, spec.queue, spec.priority,
+                     a.mem_mib if gpus else 0, tuple(slices), spec.pod_group, a.queue or spec.queue, spec.priority,
                      spec.preemptible, started)
 
 
@@ -412,7 +414,8 @@ def assignment(p: Placement, node: NodeInfo) -> ann.GpuAssignment:
         mig_uuids = node.gpus[[g.uuid for g in node.gpus].index(uuid)].mig_uuids
         refs.append(ann.MigSliceRef(uuid, local, mig_uuids[local] if mig_uuids else None))
     gpus = tuple(node.gpus[j].uuid for j in p.gpus)
-    return ann.GpuAssignment(node.name, gpus, p.milli if gpus else 0, p.gpu_mem_mib if gpus else 0, tuple(refs))
+    return ann.GpuAssignment(node.name, gpus, p.milli if gpus else 0, p.gpu_mem_mib if gpus else 0, tuple(refs),
+                             p.queue)
 
 
 # -- custom resources -----------------------------------------------------------------------

@@ -114,6 +114,9 @@ class GpuAssignment:
     milli: int = 0
     mem_mib: int = 0
     mig: tuple[MigSliceRef, ...] = ()
+    queue: str | None = None
+    """The queue the pod was scheduled in, which it stays charged to whatever its label says
+    later (absent from assignments written before 2026-11-28, and by other writers)."""
 
     @property
     def is_fraction(self) -> bool:
@@ -151,7 +154,8 @@ def inventory_to_gpus(gpus: tuple[InventoryGpu, ...]) -> tuple[Gpu, ...]:
 def encode_assignment(a: GpuAssignment) -> str:
     return json.dumps({"node": a.node, "gpus": list(a.gpus), "milli": a.milli, "memMiB": a.mem_mib,
                        "mig": [{"gpu": m.gpu, "slice": m.slice, **({"uuid": m.uuid} if m.uuid else {})}
-                               for m in a.mig]},
+                               for m in a.mig],
+                       **({"queue": a.queue} if a.queue is not None else {})},
                       separators=(",", ":"))
 
 
@@ -173,7 +177,8 @@ def decode_assignment(text: str) -> GpuAssignment:
     if not isinstance(mig_items, list):
         raise ModelError(f"{where}: mig", "must be a list of {gpu, slice}")
     mig = tuple(_slice_ref(m, f"{where}: mig[{i}]") for i, m in enumerate(mig_items))
-    return GpuAssignment(node, tuple(gpus), milli, _int(obj.get("memMiB", 0), f"{where}: memMiB"), mig)
+    queue = _str(obj, "queue", where) if "queue" in obj else None
+    return GpuAssignment(node, tuple(gpus), milli, _int(obj.get("memMiB", 0), f"{where}: memMiB"), mig, queue)
 
 
 def _inventory_gpu(item: object, where: str) -> InventoryGpu:

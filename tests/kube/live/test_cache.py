@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections import Counter
 from typing import Any
 
@@ -16,6 +17,7 @@ from gpufleet.kube import translate
 from gpufleet.kube.cache import SchedulerCache
 from gpufleet.model import NodeName, Placement, PodUid
 from gpufleet.model import annotations as ann
+from gpufleet.model.queue import QUEUE_LABEL
 
 from .test_translate import INVENTORY, node, pod
 
@@ -118,7 +120,8 @@ def test_an_update_while_binding_does_not_offer_the_pod_again() -> None:
 
 def test_the_echo_of_a_bind_holds_the_pod_as_it_is_then() -> None:
     """The echo reuses the spec translated when the pod was scheduled, unless the pod changed since
-    (here its queue, while the bind was in flight): then it is translated again."""
+    (here its queue, while the bind was in flight): then it is translated again. What it holds
+    stays charged to the queue it was scheduled in, which the assignment records."""
     decided = Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920)
     for relabel in (False, True):
         cache = SchedulerCache()
@@ -131,7 +134,7 @@ def test_the_echo_of_a_bind_holds_the_pod_as_it_is_then() -> None:
             cache.upsert_pod(p)
         cache.upsert_pod(bound(p, decided, gpu_node()))
         assert [s.queue for s in cache.bound_specs()] == ["team-b" if relabel else "default"]
-        assert cache.snapshot().placements[PodUid("uid-a")].queue == ("team-b" if relabel else "default")
+        assert cache.snapshot().placements[PodUid("uid-a")].queue == "default"
 
 
 def test_restart_rebuilds_devices_from_annotations() -> None:
@@ -199,7 +202,7 @@ def test_queue_status_reports_held_fair_and_waiting() -> None:
     cache = SchedulerCache()
     cache.upsert_node(n)
     held = bound(pod("a", limits={"nvidia.com/gpu": 1}, labels={"gpufleet.io/queue": "team"}),
-                 Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920), n)
+                 Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920, queue="team"), n)
     cache.upsert_pod(held)
     cache.upsert_pod(pod("b", limits={"nvidia.com/gpu": 1}, labels={"gpufleet.io/queue": "team"}))
     tree = QueueTree.build([Queue("team", guaranteed={"gpu": 1000})])
@@ -338,3 +341,31 @@ def test_the_kept_usage_is_always_what_a_rebuild_gives(steps: list[tuple[str, in
         assert dict(kept.placements) == dict(rebuilt.placements)
         for field in SNAPSHOT_FIELDS:
             assert np.array_equal(getattr(kept.usage, field), getattr(rebuilt.usage, field)), field
+
+
+def test_a_bound_pod_stays_charged_to_the_queue_it_was_scheduled_in() -> None:
+    """A tenant relabelling a running pod into another queue of its namespace (the admission
+    policy off) moves nothing it holds: the queue is read from the assignment the scheduler
+    wrote, after a restart too. A pod bound before the queue was recorded follows its label."""
+    n = gpu_node()
+    scheduled = Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920, queue="vision")
+
+    def running(label: str, recorded: bool = True) -> dict[str, Any]:
+        p = bound(pod("a", limits={"nvidia.com/gpu": 1}, labels={QUEUE_LABEL: label}), scheduled, n)
+        if not recorded:
+            a = json.loads(p["metadata"]["annotations"][ann.ASSIGNMENT_ANNOTATION])
+            del a["queue"]
+            p["metadata"]["annotations"][ann.ASSIGNMENT_ANNOTATION] = json.dumps(a)
+        return p
+
+    def charged(*objs: dict[str, Any]) -> str:
+        cache = SchedulerCache()
+        cache.upsert_node(n)
+        for o in objs:
+            cache.upsert_pod(o)
+        return cache.snapshot().placements[PodUid("uid-a")].queue
+
+    assert charged(running("vision")) == "vision"
+    assert charged(running("vision"), running("ads")) == "vision"  # relabelled while the scheduler runs
+    assert charged(running("ads")) == "vision"  # the scheduler restarted after the relabel
+    assert charged(running("ads", recorded=False)) == "ads"
