@@ -1,7 +1,7 @@
 """`FaultProxy` in front of a stand-in for kube-apiserver that holds a watch's reply headers
-back, as kube-apiserver's watch cache does while it catches up to the resourceVersion asked
-for (up to 3 s, `waitUntilFreshAndBlock`). Everything else about the proxy is exercised
-against the real control plane (tests/live/test_api_faults_live.py)."""
+back, as a busy kube-apiserver does until its handlers (authentication, authorization, the
+watch's setup) have run: the window in which a cut must still reach the watch. Everything else
+about the proxy is exercised against the real control plane (tests/live/test_api_faults_live.py)."""
 
 from __future__ import annotations
 

@@ -273,8 +273,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if isinstance(fault, Delay):
             time.sleep(fault.seconds)
-        # A watch is open from the moment it is sent upstream: kube-apiserver may hold its reply
-        # headers back for seconds (a watch cache catching up), and a cut must reach it meanwhile.
+        # A watch is open from the moment it is sent upstream: its reply headers come only once
+        # kube-apiserver's handlers have run (authentication, authorization, the watch's setup),
+        # which on a busy machine takes a while, and a cut must reach it meanwhile.
         if watch:
             self.server.proxy._watching(self, True)
         try:
