@@ -279,12 +279,12 @@ class _Handler(BaseHTTPRequestHandler):
         if watch:
             self.server.proxy._watching(self, True)
         try:
-            self._forward_and_relay(body, fault, watch)
+            self._forward_and_relay(body, fault)
         finally:
             if watch:
                 self.server.proxy._watching(self, False)
 
-    def _forward_and_relay(self, body: bytes, fault: Fault | None, watch: bool) -> None:
+    def _forward_and_relay(self, body: bytes, fault: Fault | None) -> None:
         try:
             response = self._forward(body)
         except (OSError, http.client.HTTPException):
