@@ -60,6 +60,7 @@ from gpufleet.kube.karpenter import KarpenterSettings, Provisioner
 from gpufleet.kube.leader import LeaderElector, LeaseSettings
 from gpufleet.kube.metrics import Metrics
 from gpufleet.kube.mig_repartition import Repartitioner
+from gpufleet.kube.pacing import CyclePacer
 from gpufleet.kube.queues import QueueState, queue_refusal, queue_status
 from gpufleet.kube.ratelimit import TokenBucket
 from gpufleet.kube.rest import Rest, path
@@ -89,9 +90,14 @@ class ServiceSettings:
     PATCH before it ("patch", for API servers that do not copy a Binding's annotations)."""
     leader_election: LeaseSettings | None = None
     min_cycle_interval_s: float = 0.002
-    """Changes arriving within this interval are handled by one cycle (and within the time the
-    last cycle took, when that was longer: a cycle costs what changed, about 3 ms for a few new
-    pods at 5,000 nodes, so under load cycles batch by their own cost)."""
+    """Changes arriving within this interval after a cycle are handled by one cycle."""
+    cycle_share: float = 0.5
+    """Cycles take at most this share of the process's time (the watch and the binds need the
+    rest): under load the loop rests after a cycle, so cycles batch by their own cost
+    (kube/pacing.py)."""
+    cycle_burst_s: float = 0.1
+    """Seconds of cycling that rest taken before (waiting for changes) pays for: a cycle after a
+    quiet spell is not followed by a rest of its own length."""
     resync_s: float = 5.0
     """Run a cycle at least this often while pods are pending (assumptions may have expired)."""
     status_interval_s: float = 10.0
@@ -166,6 +172,8 @@ class SchedulerService:
         self._covered: dict[PodUid, str] = {}
         """Pending pods -> the NodeClaim gpufleet provisioned for them (last provisioning)."""
         self.mig = Repartitioner(rest, self.retrier) if settings.mig_repartition else None
+        self.pacer = CyclePacer(share=settings.cycle_share, burst_s=settings.cycle_burst_s,
+                                min_rest_s=settings.min_cycle_interval_s)
         self.heap = HeapKeeper(settings.full_gc_interval_s) if settings.full_gc_interval_s is not None else None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -313,12 +321,12 @@ class SchedulerService:
                 seen = version
                 continue
             seen = version
-            started = time.monotonic()
+            self.pacer.started()
             self.cycle()
             # Changes arriving meanwhile wait for the next cycle: at least `min_cycle_interval_s`,
-            # and as long as this one took, so cycles never hold more than half of the process
-            # (the watch and the binds need the rest) and batch more when they cost more.
-            self.stop_event.wait(max(self.settings.min_cycle_interval_s, time.monotonic() - started))
+            # and while cycles come back to back, long enough that they hold at most
+            # `cycle_share` of the process, so they batch more when they cost more.
+            self.stop_event.wait(self.pacer.finished())
 
     def _wait_s(self) -> float:
         """Until the next cycle at the latest: the resync period, or sooner when a fault's grace ends."""
@@ -534,7 +542,7 @@ class SchedulerService:
 
         def of(key: str) -> dict[str, int]:
             return counts.setdefault(key, {"running": 0, "scheduled": 0, "succeeded": 0, "failed": 0})
-        for obj in self.cache.bound_objects():
+        for obj in self.cache.bound_group_members():
             group = (translate.meta(obj).get("labels") or {}).get(translate.POD_GROUP_LABEL)
             if group:
                 c = of(f"{translate.meta(obj).get('namespace') or 'default'}/{group}")
