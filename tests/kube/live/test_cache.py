@@ -292,7 +292,7 @@ def test_the_kept_usage_is_always_what_a_rebuild_gives(steps: list[tuple[str, in
     changing and pods recreated under the same name (a StatefulSet's: a new uid, maybe the same devices),
     taken by snapshots after some steps and not others, it equals the usage rebuilt
     from scratch, and so do the counted placements. The bound pods' counts per shape (the typical-task mix) are
-    always those of the bound pods."""
+    always those of the bound pods, and the pods it lists as PodGroup members are the bound pods labelled so."""
     cache = SchedulerCache()
     nodes = {name: gpu_node(name) for name in ("n1", "n2")}
     for n in nodes.values():
@@ -303,11 +303,12 @@ def test_the_kept_usage_is_always_what_a_rebuild_gives(steps: list[tuple[str, in
         placement = Placement(PodUid(f"uid-{name}"), NodeName(n["metadata"]["name"]), 1000 * cpus, 1024, (gpu,), 1000,
                               81920)
         requests = {"cpu": str(cpus), "memory": "1Gi"}
+        group = {translate.POD_GROUP_LABEL: "g"} if (k + gpu) % 3 == 0 else {}  # a pod's label comes and goes
         if action in ("bind", "run", "status", "overcommit"):
-            p = bound(pod(name, limits={"nvidia.com/gpu": 1}, requests=requests), placement, n)
+            p = bound(pod(name, limits={"nvidia.com/gpu": 1}, requests=requests, labels=group), placement, n)
             if action == "overcommit":  # another pod's devices: refused and logged, never counted twice
                 placement = dataclasses.replace(placement, gpus=(1 - gpu,))
-                p = bound(pod(name, limits={"nvidia.com/gpu": 1}, requests=requests), placement, n)
+                p = bound(pod(name, limits={"nvidia.com/gpu": 1}, requests=requests, labels=group), placement, n)
             if action in ("run", "status"):
                 p["status"]["startTime"] = "2026-01-01T00:01:00Z"
             if action == "status":  # after "run": an update that changes nothing the pod holds
@@ -333,6 +334,9 @@ def test_the_kept_usage_is_always_what_a_rebuild_gives(steps: list[tuple[str, in
             cache.delete_pod(pod(name))
         shapes = cache.bound_shapes()
         assert +shapes == Counter(task_spec(spec) for spec in cache.bound_specs())
+        members = sorted(o["metadata"]["uid"] for o in cache.bound_group_members())
+        assert members == sorted(o["metadata"]["uid"] for o in cache.bound_objects()
+                                 if translate.POD_GROUP_LABEL in o["metadata"]["labels"])
         if not look:
             continue  # changes pile up until a later snapshot
         kept = cache.snapshot()
