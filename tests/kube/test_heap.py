@@ -36,7 +36,7 @@ def _restore_the_collector() -> Iterator[None]:
 
 
 def test_after_the_first_lists_everything_is_frozen_and_full_collections_are_ours() -> None:
-    keeper = HeapKeeper(60.0, Clock())
+    keeper = HeapKeeper(60.0, clock=Clock())
     listed = [{"metadata": {"name": f"p-{i}"}} for i in range(1000)]
     keeper.after_sync()
     assert gc.get_threshold()[2] == NO_AUTOMATIC_FULL and keeper.collections == 1
@@ -45,7 +45,7 @@ def test_after_the_first_lists_everything_is_frozen_and_full_collections_are_our
 
 def test_a_cycle_made_after_the_freeze_is_collected_when_the_interval_is_up_and_not_before() -> None:
     clock = Clock()
-    keeper = HeapKeeper(60.0, clock)
+    keeper = HeapKeeper(60.0, 60.0, clock=clock)
     keeper.after_sync()
     gc.disable()  # no young collection in between: only the keeper's can find the cycle
     a, b = Node(), Node()
@@ -60,9 +60,34 @@ def test_a_cycle_made_after_the_freeze_is_collected_when_the_interval_is_up_and_
     assert keeper.collections == 2 and gone() is None
 
 
+def test_a_backlog_of_binds_puts_the_collection_off_but_not_past_the_longest_wait() -> None:
+    clock = Clock()
+    keeper = HeapKeeper(5.0, 60.0, clock=clock)
+    keeper.after_sync()
+    clock.now = 5.0
+    keeper.tick(backlog=True)
+    clock.now = 59.0
+    keeper.tick(backlog=True)
+    assert keeper.collections == 1  # binds wait for a thread: a stall would hold them all back
+    keeper.tick(backlog=False)
+    assert keeper.collections == 2  # due since 5 s, and the binds are out
+    clock.now = 63.0
+    keeper.tick(backlog=False)
+    assert keeper.collections == 2
+    clock.now = 119.0
+    keeper.tick(backlog=True)
+    assert keeper.collections == 3  # 60 s since the last: collected whatever waits
+
+
+@pytest.mark.parametrize("interval_s, longest_s", [(0.0, 60.0), (-1.0, 60.0), (61.0, 60.0)])
+def test_nonsense_intervals_are_refused(interval_s: float, longest_s: float) -> None:
+    with pytest.raises(ValueError):
+        HeapKeeper(interval_s, longest_s)
+
+
 def test_a_frozen_object_without_cycles_is_freed_when_its_last_reference_goes() -> None:
     """What the informers hold (decoded JSON) has no cycles: freezing it does not keep it alive."""
-    keeper = HeapKeeper(60.0, Clock())
+    keeper = HeapKeeper(60.0, clock=Clock())
     pod = Node()
     gone = weakref.ref(pod)
     keeper.after_sync()

@@ -243,7 +243,7 @@ def _run(args: argparse.Namespace) -> int:
         scheduler_name=args.scheduler_name, identity=f"{identity}_{os.getpid()}" if not os.environ.get("POD_NAME")
         else identity, qps=args.qps, burst=args.burst, workers=args.workers, leader_election=lease,
         assign=args.assign_with, faults=faults, karpenter=karpenter, assignment_keys=args.assignment_keys,
-        mig_repartition=args.mig_repartition, defrag=defrag, full_gc_interval_s=60.0,
+        mig_repartition=args.mig_repartition, defrag=defrag, full_gc_interval_s=5.0,
         switch_interval_s=SWITCH_INTERVAL_S,
         dra_drivers=tuple(d.strip() for d in args.dra_drivers.split(",") if d.strip())))
     try:

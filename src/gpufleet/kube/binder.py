@@ -102,6 +102,7 @@ class Binder:
         self._keys = keys
         """Signs each assignment for its pod (`model.assignment_auth`); None: unsigned."""
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
+        self._workers = workers
         self._binding = 0
         """Binds submitted and not finished."""
         self._count = threading.Lock()
@@ -134,6 +135,10 @@ class Binder:
     def _bound_one(self) -> None:
         with self._count:
             self._binding -= 1
+
+    def backlog(self) -> bool:
+        """More binds submitted than threads to send them: some wait for a thread."""
+        return self._binding > self._workers
 
     def busy(self) -> bool:
         """Binds are waiting or in flight (events wait for them: `EventRecorder`'s `defer_to`)."""

@@ -122,9 +122,9 @@ class ServiceSettings:
     (`--mig-repartition`, kube/mig_repartition.py); the node agents apply them."""
     full_gc_interval_s: float | None = None
     """Take Python's full garbage collections over (kube/heap.py): one after the first lists,
-    then one every this many seconds, each freezing what survives. None: Python's own schedule
-    (which stalls a process holding a big cluster for a quarter second every few thousand pod
-    updates). The command sets 60."""
+    then one every this many seconds (put off while binds wait for a thread, at most 60 s),
+    each freezing what survives. None: Python's own schedule (which stalls a process holding a
+    big cluster for a quarter second every few thousand pod updates). The command sets 5."""
     switch_interval_s: float | None = None
     """How long a thread may hold the GIL while others wait for it (`sys.setswitchinterval`),
     set when `run` starts. The binder's threads only wait on the API server, but each needs the
@@ -174,7 +174,7 @@ class SchedulerService:
         self.mig = Repartitioner(rest, self.retrier) if settings.mig_repartition else None
         self.pacer = CyclePacer(share=settings.cycle_share, burst_s=settings.cycle_burst_s,
                                 min_rest_s=settings.min_cycle_interval_s)
-        self.heap = HeapKeeper(settings.full_gc_interval_s) if settings.full_gc_interval_s is not None else None
+        self.heap = HeapKeeper(settings.full_gc_interval_s, max(60.0, settings.full_gc_interval_s)) if settings.full_gc_interval_s is not None else None
 
     # -- lifecycle --------------------------------------------------------------------------
     def _informers(self) -> list[Informer]:
@@ -313,7 +313,7 @@ class SchedulerService:
         seen = -1
         while not self.stop_event.is_set() and not until():
             if self.heap is not None:
-                self.heap.tick()
+                self.heap.tick(backlog=self.binder.backlog())
             version = self.cache.wait_for_change(seen, self._wait_s())
             if self.stop_event.is_set():
                 break

@@ -199,6 +199,28 @@ def test_the_binder_is_busy_from_a_bind_until_its_request_returned_or_failed() -
     events.close()
 
 
+def test_the_binder_has_a_backlog_only_while_binds_wait_for_a_thread() -> None:
+    gate = threading.Event()
+    rest = FakeRest(lambda: gate.wait(30) and {})
+    cache = SchedulerCache()
+    cache.upsert_node(gpu_node())
+    retrier = Retrier(RetryPolicy(attempts=1, first_delay_s=0.0, budget_s=1.0), logging.getLogger("t"),
+                      sleep=lambda s: None)
+    events = EventRecorder(rest, retrier, "me")  # type: ignore[arg-type]
+    binder = Binder(rest, cache, TokenBucket(0, 1), retrier, events, Metrics(), workers=2)  # type: ignore[arg-type]
+    futures = []
+    for i in range(3):
+        p = pod(f"p{i}", limits={"nvidia.com/gpu": 1})
+        cache.upsert_pod(p)
+        futures.append(binder.bind(f"ns/p{i}", p, Placement(PodUid(f"uid-p{i}"), NodeName("n1"), 0, 0, (i % 2,), 1000,
+                                                            81920), translate.node_info(gpu_node()), 0.0))
+        assert binder.backlog() == (i == 2)  # two threads: the third bind waits for one
+    gate.set()
+    assert all(f.result(30) for f in futures) and not binder.backlog()
+    binder.close()
+    events.close()
+
+
 def bind_a(binder: Binder) -> Any:
     return binder.bind("ns/a", pod("a", limits={"nvidia.com/gpu": 1}),
                        Placement(PodUid("uid-a"), NodeName("n1"), 0, 0, (1,), 1000, 81920),
