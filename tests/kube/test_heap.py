@@ -79,6 +79,25 @@ def test_a_backlog_of_binds_puts_the_collection_off_but_not_past_the_longest_wai
     assert keeper.collections == 3  # 60 s since the last: collected whatever waits
 
 
+def test_a_cycle_frozen_while_alive_is_collected_by_the_next_thorough_collection() -> None:
+    clock = Clock()
+    keeper = HeapKeeper(5.0, 60.0, thorough_s=600.0, clock=clock)
+    keeper.after_sync()
+    gc.disable()
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    gone = weakref.ref(a)
+    clock.now = 5.0
+    keeper.tick()  # frozen while still referenced
+    del a, b
+    clock.now = 595.0
+    keeper.tick()
+    assert keeper.collections == 3 and gone() is not None  # the frozen are not scanned
+    clock.now = 600.0
+    keeper.tick()
+    assert keeper.collections == 4 and gone() is None
+
+
 @pytest.mark.parametrize("interval_s, longest_s", [(0.0, 60.0), (-1.0, 60.0), (61.0, 60.0)])
 def test_nonsense_intervals_are_refused(interval_s: float, longest_s: float) -> None:
     with pytest.raises(ValueError):

@@ -23,8 +23,10 @@ every 60 s took 112-245 ms with the GIL held, and held every pod created meanwhi
 collection is never scanned.
 
 Objects the API server's JSON becomes have no reference cycles, so a frozen pod whose watch
-event replaced it is freed by its reference count as before. Only cyclic garbage that was
-frozen while still referenced (none known in this process) would outlive its last reference.
+event replaced it is freed by its reference count as before. Objects in a cycle that were alive
+when frozen (a request's exception and its traceback, caught at that moment) would outlive
+their last reference; so every `thorough_s` (10 minutes) the collection unfreezes first and
+scans everything (about 290 ms at 10,000 pods), under the same rule for binds waiting.
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ NO_AUTOMATIC_FULL = 1 << 30
 
 
 class HeapKeeper:
-    def __init__(self, interval_s: float = 5.0, longest_s: float = 60.0, *,
+    def __init__(self, interval_s: float = 5.0, longest_s: float = 60.0, *, thorough_s: float = 600.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if not 0.0 < interval_s <= longest_s:
             raise ValueError(f"need 0 < interval_s <= longest_s, got {interval_s} and {longest_s}")
-        self.interval_s, self.longest_s = interval_s, longest_s
+        self.interval_s, self.longest_s, self.thorough_s = interval_s, longest_s, thorough_s
+        self._thorough: float | None = None
+        """When the last collection that scanned the frozen objects too ran."""
         self._clock = clock
         self._last: float | None = None
         self.collections = 0
@@ -66,6 +70,10 @@ class HeapKeeper:
 
     def _collect(self) -> None:
         started = time.perf_counter()
+        now = self._clock()
+        if self._thorough is None or now - self._thorough >= self.thorough_s:
+            gc.unfreeze()  # after the first lists, nothing is frozen yet: the same
+            self._thorough = now
         found = gc.collect()
         gc.freeze()
         self._last = self._clock()
