@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 from typing import Any, Iterator
 
@@ -60,23 +61,52 @@ def test_a_cycle_made_after_the_freeze_is_collected_when_the_interval_is_up_and_
     assert keeper.collections == 2 and gone() is None
 
 
-def test_a_backlog_of_binds_puts_the_collection_off_but_not_past_the_longest_wait() -> None:
+def test_the_periodic_collection_waits_for_a_quiet_moment_but_not_past_the_longest_wait() -> None:
     clock = Clock()
     keeper = HeapKeeper(5.0, 60.0, clock=clock)
     keeper.after_sync()
-    clock.now = 5.0
-    keeper.tick(backlog=True)
+    clock.now = 4.0
+    keeper.quiet()
+    assert keeper.collections == 1  # not due yet
     clock.now = 59.0
-    keeper.tick(backlog=True)
-    assert keeper.collections == 1  # binds wait for a thread: a stall would hold them all back
-    keeper.tick(backlog=False)
-    assert keeper.collections == 2  # due since 5 s, and the binds are out
+    keeper.tick()
+    assert keeper.collections == 1  # due since 5 s, but the loop does not stall the binds in flight
+    keeper.quiet()
+    assert keeper.collections == 2  # the binder sent its last bind
     clock.now = 63.0
-    keeper.tick(backlog=False)
+    keeper.quiet()
     assert keeper.collections == 2
     clock.now = 119.0
-    keeper.tick(backlog=True)
-    assert keeper.collections == 3  # 60 s since the last: collected whatever waits
+    keeper.tick()
+    assert keeper.collections == 3  # 60 s without a quiet moment: collected whatever waits
+
+
+class HookedClock(Clock):
+    """A clock that runs `hook` once, at its `at`-th reading, before answering (the time read first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.readings = 0
+        self.at = -1
+        self.hook: Any = None
+
+    def __call__(self) -> float:
+        now = self.now
+        self.readings += 1
+        if self.readings == self.at:
+            self.hook()
+        return now
+
+
+def test_a_collection_found_due_while_another_runs_is_not_run_again() -> None:
+    clock = HookedClock()
+    keeper = HeapKeeper(5.0, 60.0, clock=clock)
+    keeper.after_sync()
+    clock.now = 10.0
+    other = threading.Thread(target=keeper.quiet)  # a binder's thread, while the loop's collection runs
+    clock.readings, clock.at, clock.hook = 0, 2, lambda: (other.start(), other.join(30))
+    keeper.quiet()  # readings: due? (1); the collection's start (2)
+    assert not other.is_alive() and keeper.collections == 2  # the other thread left it to the one running
 
 
 def test_a_cycle_frozen_while_alive_is_collected_by_the_next_thorough_collection() -> None:
@@ -88,13 +118,13 @@ def test_a_cycle_frozen_while_alive_is_collected_by_the_next_thorough_collection
     a.other, b.other = b, a
     gone = weakref.ref(a)
     clock.now = 5.0
-    keeper.tick()  # frozen while still referenced
+    keeper.quiet()  # frozen while still referenced
     del a, b
     clock.now = 595.0
-    keeper.tick()
+    keeper.quiet()
     assert keeper.collections == 3 and gone() is not None  # the frozen are not scanned
     clock.now = 600.0
-    keeper.tick()
+    keeper.quiet()
     assert keeper.collections == 4 and gone() is None
 
 

@@ -93,7 +93,8 @@ def status_is(obj: Obj, reason: str, message: str, nominated: str | None = None)
 class Binder:
     def __init__(self, rest: Rest, cache: SchedulerCache, bucket: TokenBucket, retrier: Retrier,
                  events: EventRecorder, metrics: Metrics, *, workers: int = 16, assign: str = "binding",
-                 clock: Callable[[], float] = time.monotonic, keys: KeyDir | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, keys: KeyDir | None = None,
+                 on_idle: Callable[[], None] = lambda: None) -> None:
         if assign not in ("binding", "patch"):
             raise ValueError(f"assign must be 'binding' or 'patch', got {assign!r}")
         self.assign = assign
@@ -102,7 +103,8 @@ class Binder:
         self._keys = keys
         """Signs each assignment for its pod (`model.assignment_auth`); None: unsigned."""
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
-        self._workers = workers
+        self._on_idle = on_idle
+        """Called on the binder's thread when the last bind in flight has finished."""
         self._binding = 0
         """Binds submitted and not finished."""
         self._count = threading.Lock()
@@ -135,10 +137,9 @@ class Binder:
     def _bound_one(self) -> None:
         with self._count:
             self._binding -= 1
-
-    def backlog(self) -> bool:
-        """More binds submitted than threads to send them: some wait for a thread."""
-        return self._binding > self._workers
+            idle = self._binding == 0
+        if idle:
+            self._on_idle()
 
     def busy(self) -> bool:
         """Binds are waiting or in flight (events wait for them: `EventRecorder`'s `defer_to`)."""

@@ -13,9 +13,10 @@ So, as long-running Python services do (`gc.freeze`, Python 3.7+):
 - automatic full collections are off (the youngest two generations are still collected as
   usual: they hold almost all garbage that has cycles);
 - every `interval_s`, one full collection of what is not frozen (what was created since the
-  last one: proportional to the churn, not to the cluster), then freeze again; put off while
-  binds wait for a binder thread (a fill of thousands of pods, where a stall holds every bind
-  back), but never longer than `longest_s`.
+  last one: proportional to the churn, not to the cluster), then freeze again: when the binder
+  has just sent its last bind (`quiet`; between bursts of pods, or after a fill of thousands,
+  where a stall would hold every bind in flight back), or from the loop once `longest_s` has
+  passed without such a moment (`tick`).
 
 The interval is short (5 s) so that each collection is short: at 5,000 nodes and 50 pods/s one
 every 60 s took 112-245 ms with the GIL held, and held every pod created meanwhile
@@ -26,13 +27,14 @@ Objects the API server's JSON becomes have no reference cycles, so a frozen pod 
 event replaced it is freed by its reference count as before. Objects in a cycle that were alive
 when frozen (a request's exception and its traceback, caught at that moment) would outlive
 their last reference; so every `thorough_s` (10 minutes) the collection unfreezes first and
-scans everything (about 290 ms at 10,000 pods), under the same rule for binds waiting.
+scans everything (about 290 ms at 10,000 pods), at such a quiet moment too.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
 from typing import Callable
 
@@ -51,6 +53,8 @@ class HeapKeeper:
         """When the last collection that scanned the frozen objects too ran."""
         self._clock = clock
         self._last: float | None = None
+        self._running = threading.Lock()
+        """The loop's thread and a binder's may both find a collection due."""
         self.collections = 0
 
     def after_sync(self) -> None:
@@ -59,14 +63,22 @@ class HeapKeeper:
         gc.set_threshold(young, middle, NO_AUTOMATIC_FULL)
         self._collect()
 
-    def tick(self, *, backlog: bool = False) -> None:
-        """Between cycles: the periodic full collection, when due; with a `backlog` of binds
-        waiting for a thread, only once `longest_s` has passed."""
-        if self._last is None:
-            return
-        waited = self._clock() - self._last
-        if waited >= self.longest_s or (waited >= self.interval_s and not backlog):
-            self._collect()
+    def tick(self) -> None:
+        """Between cycles: a full collection when none came for `longest_s`."""
+        self._collect_after(self.longest_s)
+
+    def quiet(self) -> None:
+        """Nothing waits on this process now: the periodic full collection, when due."""
+        self._collect_after(self.interval_s)
+
+    def _collect_after(self, seconds: float) -> None:
+        if not self._running.acquire(blocking=False):
+            return  # the other thread is collecting
+        try:
+            if self._last is not None and self._clock() - self._last >= seconds:
+                self._collect()
+        finally:
+            self._running.release()
 
     def _collect(self) -> None:
         started = time.perf_counter()

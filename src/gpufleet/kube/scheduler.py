@@ -122,7 +122,7 @@ class ServiceSettings:
     (`--mig-repartition`, kube/mig_repartition.py); the node agents apply them."""
     full_gc_interval_s: float | None = None
     """Take Python's full garbage collections over (kube/heap.py): one after the first lists,
-    then one every this many seconds (put off while binds wait for a thread, at most 60 s),
+    then one every this many seconds when the binder has sent its last bind (at most 60 s apart),
     each freezing what survives. None: Python's own schedule (which stalls a process holding a
     big cluster for a quarter second every few thousand pod updates). The command sets 5."""
     switch_interval_s: float | None = None
@@ -149,8 +149,10 @@ class SchedulerService:
         self.bucket = TokenBucket(settings.qps, settings.burst)
         self.events = EventRecorder(rest, self.retrier, settings.identity, qps=max(settings.qps, 50.0),
                                     burst=settings.burst, defer_to=lambda: self.binder.busy())
+        self.heap = (HeapKeeper(settings.full_gc_interval_s, max(60.0, settings.full_gc_interval_s))
+                     if settings.full_gc_interval_s is not None else None)
         self.binder = Binder(rest, self.cache, self.bucket, self.retrier, self.events, self.metrics,
-                             workers=settings.workers, assign=settings.assign,
+                             workers=settings.workers, assign=settings.assign, on_idle=self._binds_sent,
                              keys=KeyDir(settings.assignment_keys) if settings.assignment_keys else None)
         self.defrag = Defragmenter(settings.defrag, seed=settings.seed) if settings.defrag is not None else None
         self.informers = self._informers()
@@ -174,7 +176,6 @@ class SchedulerService:
         self.mig = Repartitioner(rest, self.retrier) if settings.mig_repartition else None
         self.pacer = CyclePacer(share=settings.cycle_share, burst_s=settings.cycle_burst_s,
                                 min_rest_s=settings.min_cycle_interval_s)
-        self.heap = HeapKeeper(settings.full_gc_interval_s, max(60.0, settings.full_gc_interval_s)) if settings.full_gc_interval_s is not None else None
 
     # -- lifecycle --------------------------------------------------------------------------
     def _informers(self) -> list[Informer]:
@@ -313,7 +314,7 @@ class SchedulerService:
         seen = -1
         while not self.stop_event.is_set() and not until():
             if self.heap is not None:
-                self.heap.tick(backlog=self.binder.backlog())
+                self.heap.tick()
             version = self.cache.wait_for_change(seen, self._wait_s())
             if self.stop_event.is_set():
                 break
@@ -327,6 +328,11 @@ class SchedulerService:
             # and while cycles come back to back, long enough that they hold at most
             # `cycle_share` of the process, so they batch more when they cost more.
             self.stop_event.wait(self.pacer.finished())
+
+    def _binds_sent(self) -> None:
+        """On the binder's thread, its last bind just answered: a quiet moment for the heap."""
+        if self.heap is not None:
+            self.heap.quiet()
 
     def _wait_s(self) -> float:
         """Until the next cycle at the latest: the resync period, or sooner when a fault's grace ends."""

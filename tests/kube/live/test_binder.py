@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, wait
 from pathlib import Path
 from typing import Any, Callable
 
@@ -199,24 +200,29 @@ def test_the_binder_is_busy_from_a_bind_until_its_request_returned_or_failed() -
     events.close()
 
 
-def test_the_binder_has_a_backlog_only_while_binds_wait_for_a_thread() -> None:
-    gate = threading.Event()
-    rest = FakeRest(lambda: gate.wait(30) and {})
+def test_the_binder_says_when_its_last_bind_in_flight_has_answered() -> None:
+    gates = [threading.Event() for _ in range(2)]
+    answered = iter(gates)
+    rest = FakeRest(lambda: next(answered).wait(30) and {})
     cache = SchedulerCache()
     cache.upsert_node(gpu_node())
     retrier = Retrier(RetryPolicy(attempts=1, first_delay_s=0.0, budget_s=1.0), logging.getLogger("t"),
                       sleep=lambda s: None)
     events = EventRecorder(rest, retrier, "me")  # type: ignore[arg-type]
-    binder = Binder(rest, cache, TokenBucket(0, 1), retrier, events, Metrics(), workers=2)  # type: ignore[arg-type]
+    idle = threading.Event()
+    binder = Binder(rest, cache, TokenBucket(0, 1), retrier, events, Metrics(), workers=2,  # type: ignore[arg-type]
+                    on_idle=idle.set)
     futures = []
-    for i in range(3):
+    for i in range(2):
         p = pod(f"p{i}", limits={"nvidia.com/gpu": 1})
         cache.upsert_pod(p)
-        futures.append(binder.bind(f"ns/p{i}", p, Placement(PodUid(f"uid-p{i}"), NodeName("n1"), 0, 0, (i % 2,), 1000,
+        futures.append(binder.bind(f"ns/p{i}", p, Placement(PodUid(f"uid-p{i}"), NodeName("n1"), 0, 0, (i,), 1000,
                                                             81920), translate.node_info(gpu_node()), 0.0))
-        assert binder.backlog() == (i == 2)  # two threads: the third bind waits for one
-    gate.set()
-    assert all(f.result(30) for f in futures) and not binder.backlog()
+    gates[0].set()  # whichever asked first
+    done, _ = wait(futures, timeout=30, return_when=FIRST_COMPLETED)
+    assert len(done) == 1 and not idle.wait(0.2)  # the other is still in flight
+    gates[1].set()
+    assert all(f.result(30) for f in futures) and idle.wait(30)
     binder.close()
     events.close()
 
