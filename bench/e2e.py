@@ -560,7 +560,7 @@ def scheduler_run(which: str, mode: str, n_nodes: int, n_pods: int, qps: float, 
         else:
             lat = sorted(watcher.bound[k] - created[k] for k in created if k in watcher.bound)
             result.update(rate_per_s=rate, p50_ms=round(1000 * statistics.median(lat), 1),
-                          p99_ms=round(1000 * lat[int(0.99 * (len(lat) - 1))], 1))
+                          p99_ms=round(1000 * lat[int(0.99 * (len(lat) - 1))], 1), max_ms=round(1000 * lat[-1], 1))
         return result
     finally:
         c.stop()
@@ -796,7 +796,7 @@ def main() -> int:
 
 def _line(r: Obj) -> str:
     extra = (f"whole nodes free {r['whole_nodes_free']}" if "whole_nodes_free" in r else
-             f"p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms" if "p99_ms" in r else "")
+             f"p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms max {r['max_ms']} ms" if "p99_ms" in r else "")
     cpu = r.get("cpu_ms_per_bind", {})
     server = (f"; per bind: kube-apiserver {cpu.get('kube-apiserver')} ms CPU, "
               f"its handler {r.get('bind_handler_ms')} ms") if cpu else ""

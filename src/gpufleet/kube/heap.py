@@ -19,7 +19,7 @@ So, as long-running Python services do (`gc.freeze`, Python 3.7+):
   passed without such a moment (`tick`).
 
 The interval is short (5 s) so that each collection is short: at 5,000 nodes and 50 pods/s one
-every 60 s took 112-245 ms with the GIL held, and held every pod created meanwhile
+every 60 s took 70-245 ms with the GIL held, and held every pod created meanwhile
 (docs/performance.md); the work over time is the same or less, since what died before a
 collection is never scanned.
 
