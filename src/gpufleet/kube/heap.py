@@ -27,7 +27,8 @@ Objects the API server's JSON becomes have no reference cycles, so a frozen pod 
 event replaced it is freed by its reference count as before. Objects in a cycle that were alive
 when frozen (a request's exception and its traceback, caught at that moment) would outlive
 their last reference; so every `thorough_s` (10 minutes) the collection unfreezes first and
-scans everything (about 290 ms at 10,000 pods), at such a quiet moment too.
+scans everything (as long as the collection after the first lists: 240-359 ms at 5,000 nodes
+and 10,000 pods), at such a quiet moment too.
 """
 
 from __future__ import annotations
