@@ -103,7 +103,7 @@ def test_a_collection_found_due_while_another_runs_is_not_run_again() -> None:
     keeper = HeapKeeper(5.0, 60.0, clock=clock)
     keeper.after_sync()
     clock.now = 10.0
-    other = threading.Thread(target=keeper.quiet)  # a binder's thread, while the loop's collection runs
+    other = threading.Thread(target=keeper.quiet)  # another thread, while this one's collection runs
     clock.readings, clock.at, clock.hook = 0, 2, lambda: (other.start(), other.join(30))
     keeper.quiet()  # readings: due? (1); the collection's start (2)
     assert not other.is_alive() and keeper.collections == 2  # the other thread left it to the one running
