@@ -8,13 +8,7 @@ from hypothesis import strategies as st
 
 from gpufleet.kube.pacing import CyclePacer
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from .test_heap import Clock
 
 
 def cycle(pacer: CyclePacer, clock: Clock, busy_s: float) -> float:
