@@ -6,7 +6,7 @@ import copy
 import dataclasses
 import json
 from collections import Counter
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 from hypothesis import given, settings
@@ -21,6 +21,8 @@ from gpufleet.model.queue import QUEUE_LABEL
 
 from .test_translate import INVENTORY, node, pod
 
+T = TypeVar("T")
+
 
 class Clock:
     def __init__(self) -> None:
@@ -28,6 +30,14 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def counted(read: Callable[[Any], T], calls: list[str]) -> Callable[[Any], T]:
+    """`read`, noting each call in `calls`."""
+    def wrapper(obj: Any) -> T:
+        calls.append("read")
+        return read(obj)
+    return wrapper
 
 
 def gpu_node(name: str = "n1") -> dict[str, Any]:
@@ -243,7 +253,7 @@ def test_a_pending_pods_status_update_is_not_translated_again(monkeypatch: Any) 
     cache.upsert_pod(p)
     calls: list[str] = []
     real = translate.pod_spec
-    monkeypatch.setattr(translate, "pod_spec", lambda obj: calls.append("read") or real(obj))
+    monkeypatch.setattr(translate, "pod_spec", counted(real, calls))
     echo = {**p, "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}
     cache.upsert_pod(echo)
     [pending] = cache.pending()
@@ -267,7 +277,7 @@ def test_a_bound_pod_is_read_again_only_when_what_it_asks_changes(monkeypatch: A
     free_cpu = cache.snapshot().usage.free_cpu[0]
     calls: list[str] = []
     real = translate.pod_spec
-    monkeypatch.setattr(translate, "pod_spec", lambda obj: calls.append("read") or real(obj))
+    monkeypatch.setattr(translate, "pod_spec", counted(real, calls))
     started = {**p, "status": {"phase": "Running", "startTime": "2026-01-01T00:01:00Z"}}
     cache.upsert_pod(started)
     assert calls == [] and cache.bound_objects() == [started]
