@@ -94,3 +94,30 @@ def test_placing_a_pod_without_gpus_keeps_the_gpu_aggregates_and_restamps_the_no
     assert got.free_cpu[i] == current.free_cpu[i] - 1000 and got.free_pods[i] == current.free_pods[i] - 1
     assert got.version[i] > current.version.max()
     assert np.array_equal(np.delete(got.version, i), np.delete(current.version, i))
+
+
+@settings(max_examples=60, deadline=None)
+@given(usages(), st.data())
+def test_overcommitted_rows_finds_exactly_the_nodes_overcommitted_names(usage: Usage, data: st.DataObject) -> None:
+    """Each way a node can be overcommitted, drawn on some nodes: the nodes found at once are
+    those `overcommitted` finds a reason for one by one."""
+    c = usage.cluster
+    for i in range(c.n_nodes):
+        way = data.draw(st.sampled_from(("none", "none", "cpu", "memory", "pods", "milli", "gpu memory", "negative")))
+        gpus = int(c.gpu_count[i])
+        if way == "cpu":
+            usage.free_cpu[i] = -1
+        elif way == "memory":
+            usage.free_mem[i] = -1
+        elif way == "pods":
+            usage.free_pods[i] = -1
+        elif gpus and way == "milli":
+            usage.gpu_used_milli[i, data.draw(st.integers(0, gpus - 1))] = 1001
+        elif gpus and way == "gpu memory":
+            j = data.draw(st.integers(0, gpus - 1))
+            usage.gpu_used_mem[i, j] = int(c.gpu_mem[i, j]) + 1
+        elif gpus and way == "negative":
+            usage.gpu_used_milli[i, data.draw(st.integers(0, gpus - 1))] = -1
+    rows = sorted(data.draw(st.sets(st.integers(0, c.n_nodes - 1), max_size=c.n_nodes)))
+    found = usage.overcommitted_rows(np.array(rows, dtype=np.int64)).tolist()
+    assert found == [i for i in rows if usage.overcommitted(i) is not None]

@@ -472,6 +472,15 @@ class Usage:
             return "negative GPU use"
         return None
 
+    def overcommitted_rows(self, rows: I64) -> I64:
+        """The nodes among `rows` that `overcommitted` finds a reason for, at once."""
+        c = self.cluster
+        used = self.gpu_used_milli[rows]
+        bad = ((self.free_cpu[rows] < 0) | (self.free_mem[rows] < 0) | (self.free_pods[rows] < 0)
+               | (used > GPU_MILLI).any(axis=1) | (self.gpu_used_mem[rows] > c.gpu_mem[rows]).any(axis=1)
+               | (used < 0).any(axis=1))
+        return rows[bad]
+
     def devices_overcommitted(self) -> str | None:
         """Which DRA counter or capacity is used beyond its total, or None."""
         t = self.cluster.devices
