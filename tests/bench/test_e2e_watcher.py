@@ -58,3 +58,14 @@ def test_stop_ends_the_watch_and_a_refused_server_is_retried_without_spinning(
             child.join(5)
     assert not alive, "the watch outlived stop()"
     assert 1 <= resumed <= 20, resumed  # refused, retried every 0.1 s or so
+
+
+def test_waiting_for_a_watch_that_never_opens_ends_with_a_clear_error(e2e: ModuleType, tmp_path: Path,
+                                                                       sigterm_ignored: None) -> None:
+    pki = make_pki(tmp_path / "pki")
+    watcher = e2e.Watcher(e2e.Endpoint(f"https://127.0.0.1:{_closed_port()}", "token", str(pki.ca_cert)))
+    try:
+        with pytest.raises(SystemExit, match="not watching after 1 s"):
+            watcher.watching(timeout_s=1.0)
+    finally:
+        watcher.stop()
