@@ -28,7 +28,9 @@ def service() -> Iterator[SchedulerService]:
 
 
 def allocation(s: SchedulerService) -> float:
-    return float(s.metrics.allocation._value.get())
+    value = s.metrics.registry.get_sample_value("gpufleet_gpu_allocation_ratio")
+    assert value is not None
+    return value
 
 
 def bind_one(s: SchedulerService, name: str, gpu: int) -> None:
