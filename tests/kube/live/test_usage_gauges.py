@@ -55,19 +55,22 @@ def test_while_binds_are_in_flight_a_cycle_without_pending_pods_leaves_the_gauge
     assert allocation(service) == pytest.approx(0.5)  # one of its two GPUs
 
 
+def binding_after_a_cycle(s: SchedulerService) -> None:
+    """A cycle (the gauges computed with nothing bound), then a pod bound while binds are in flight."""
+    s.cycle()
+    busy(s, True)
+    bind_one(s, "a", 1)
+
+
 def test_binds_in_flight_for_longer_than_the_wait_do_not_hold_the_gauges_back(service: SchedulerService) -> None:
-    service.cycle()
-    busy(service, True)
-    bind_one(service, "a", 1)
+    binding_after_a_cycle(service)
     service.settings = ServiceSettings(metrics_interval_s=0.0, usage_wait_s=0.0)
     service.cycle()
     assert allocation(service) == pytest.approx(0.5)  # one of its two GPUs
 
 
 def test_a_cycle_that_took_a_snapshot_refreshes_the_gauges_while_binding(service: SchedulerService) -> None:
-    service.cycle()
-    busy(service, True)
-    bind_one(service, "a", 1)
+    binding_after_a_cycle(service)
     service.cache.upsert_pod(pod("waiting", limits={"nvidia.com/gpu": 4}))  # pending: fits nowhere
     service.cycle()
     assert allocation(service) == pytest.approx(0.5)  # one of its two GPUs
